@@ -1,0 +1,234 @@
+"""Fill-in-the-middle prompt templates of the code-model families users run.
+
+Prompts are built from token ids, never by formatting sentinel strings into text: sentinels are
+looked up as ids, the code segments are encoded with special-token matching switched off, so a
+``<fim_prefix>`` or ``<PRE>`` typed in the user's file stays plain text.
+
+Formats (layout PSM = prefix, suffix, middle; SPM = suffix first, so typing only appends):
+
+* codellama  ``<s>▁<PRE>{pre}▁<SUF>{suf}▁<MID>`` / SPM ``<s>▁<PRE>▁<SUF>{suf}▁<MID>{pre}``
+  (Meta's ``infilling_prompt_tokens``: the prefix is encoded like any text, so a SentencePiece
+  tokenizer with a dummy prefix gives the famous space after ``<PRE>``; the suffix is encoded
+  without the dummy space). Ends with ``▁<EOT>``.
+* starcoder / starcoder2  ``<fim_prefix>{pre}<fim_suffix>{suf}<fim_middle>`` / SPM
+  ``<fim_prefix><fim_suffix>{suf}<fim_middle>{pre}`` (bigcode's SPM variant). No BOS.
+  StarCoder2 repo form: ``<repo_name>{repo}<file_sep>{path}\\n{code}...<file_sep>{path}\\n``.
+* deepseek  ``<｜begin▁of▁sentence｜><｜fim▁begin｜>{pre}<｜fim▁hole｜>{suf}<｜fim▁end｜>``.
+* qwen  ``<|fim_prefix|>{pre}<|fim_suffix|>{suf}<|fim_middle|>``; repo level
+  ``<|repo_name|>{repo}\\n<|file_sep|>{path}\\n{code}\\n...<|file_sep|>{path}\\n`` + FIM.
+* codegemma  ``<bos><|fim_prefix|>{pre}<|fim_suffix|>{suf}<|fim_middle|>``.
+* codestral  ``<s>[SUFFIX]{suf}[PREFIX]{pre}`` (suffix first by design, no middle sentinel).
+* plain  ``[bos]{pre}``: left to right, for models without FIM tokens.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+FAMILIES = ("codellama", "starcoder", "starcoder2", "deepseek", "qwen", "codegemma", "codestral", "plain")
+LAYOUTS = ("psm", "spm")
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Sentinel spellings of one family (each entry: accepted spellings, first found wins)."""
+    prefix: tuple[str, ...]
+    suffix: tuple[str, ...]
+    middle: tuple[str, ...] = ()
+    stops: tuple[str, ...] = ()          # end-of-middle tokens besides the tokenizer's EOS
+    uses_bos: bool = False
+    layouts: tuple[str, ...] = ("psm",)  # layouts the family was trained on, preferred first
+    repo_name: str | None = None         # repo-level extra-context sentinels
+    file_sep: str | None = None
+
+
+SPECS: dict[str, FamilySpec] = {
+    "codellama": FamilySpec(("▁<PRE>", "<PRE>"), ("▁<SUF>", "<SUF>"), ("▁<MID>", "<MID>"),
+                            stops=("▁<EOT>", "<EOT>"), uses_bos=True, layouts=("spm", "psm")),
+    "starcoder": FamilySpec(("<fim_prefix>",), ("<fim_suffix>",), ("<fim_middle>",),
+                            stops=("<|endoftext|>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+                                   "<fim_pad>", "<file_sep>"),
+                            layouts=("spm", "psm")),
+    "starcoder2": FamilySpec(("<fim_prefix>",), ("<fim_suffix>",), ("<fim_middle>",),
+                             stops=("<|endoftext|>", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+                                    "<fim_pad>", "<file_sep>"),
+                             layouts=("spm", "psm"), repo_name="<repo_name>", file_sep="<file_sep>"),
+    "deepseek": FamilySpec(("<｜fim▁begin｜>",), ("<｜fim▁hole｜>",), ("<｜fim▁end｜>",),
+                           stops=("<｜end▁of▁sentence｜>", "<|EOT|>"), uses_bos=True),
+    "qwen": FamilySpec(("<|fim_prefix|>",), ("<|fim_suffix|>",), ("<|fim_middle|>",),
+                       stops=("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>",
+                              "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|im_end|>"),
+                       repo_name="<|repo_name|>", file_sep="<|file_sep|>"),
+    "codegemma": FamilySpec(("<|fim_prefix|>",), ("<|fim_suffix|>",), ("<|fim_middle|>",),
+                            stops=("<|file_separator|>", "<eos>", "<|fim_prefix|>", "<|fim_suffix|>",
+                                   "<|fim_middle|>", "<end_of_turn>"),
+                            uses_bos=True),
+    "codestral": FamilySpec(("[PREFIX]",), ("[SUFFIX]",), (), stops=("</s>",), uses_bos=True,
+                            layouts=("spm",)),
+    "plain": FamilySpec((), (), (), layouts=("prefix",)),
+}
+
+
+@dataclass(frozen=True)
+class ExtraChunk:
+    """A piece of another open document offered as context."""
+    path: str
+    text: str
+
+
+@dataclass
+class FimTemplate:
+    """One family's prompt format resolved to one tokenizer's ids."""
+    family: str
+    tokenizer: object
+    prefix_id: int | None
+    suffix_id: int | None
+    middle_id: int | None
+    bos_id: int | None
+    stop_ids: tuple[int, ...]
+    layouts: tuple[str, ...]
+    repo_name_id: int | None = None
+    file_sep_id: int | None = None
+    _dummy_prefix: bool = field(default=False, repr=False)
+    _warned: set = field(default_factory=set, repr=False)
+
+    @property
+    def default_layout(self) -> str:
+        return self.layouts[0]
+
+    def resolve_layout(self, wanted: str) -> str:
+        """The layout to use for a `fim_layout` setting (auto | psm | spm)."""
+        if wanted == "auto" or wanted in self.layouts:
+            return self.default_layout if wanted == "auto" else wanted
+        if wanted not in self._warned:
+            self._warned.add(wanted)
+            log.warning("%s prompts support %s, not %s; using %s", self.family,
+                        "/".join(self.layouts), wanted, self.default_layout)
+        return self.default_layout
+
+    # -- encoding --------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Text as the tokenizer encodes it (dummy-prefix space included if it adds one)."""
+        if not text:
+            return []
+        return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    def encode_infill(self, text: str) -> list[int]:
+        """Text without the SentencePiece dummy-prefix space (for segments mid-sequence)."""
+        if not text or not self._dummy_prefix:
+            return self.encode(text)
+        marker = self.encode("\n")
+        ids = self.encode("\n" + text)
+        if ids[:len(marker)] == marker:
+            return ids[len(marker):]
+        return ids
+
+    # -- prompts ---------------------------------------------------------------------------
+    def build(self, prefix: str, suffix: str, layout: str = "auto",
+              extra: tuple[ExtraChunk, ...] | list[ExtraChunk] = (), path: str | None = None,
+              repo: str | None = None) -> list[int]:
+        """Prompt ids for a fill between prefix and suffix; the model's answer is the middle."""
+        layout = self.resolve_layout(layout)
+        head: list[int] = [self.bos_id] if self.bos_id is not None else []
+        if extra and self.file_sep_id is not None:
+            head += self._repo_header(extra, path or "file", repo or "repo")
+        elif extra:
+            # No file separators: other files go first in the prefix text, where they only
+            # change when the chunk set changes (never while typing in this file).
+            prefix = "".join(c.text if c.text.endswith("\n") else c.text + "\n" for c in extra) + prefix
+        if self.family == "plain":
+            return head + self.encode(prefix)
+        if self.family == "codestral":
+            return head + [self.suffix_id] + self.encode_infill(suffix) + [self.prefix_id] + self.encode(prefix)
+        if layout == "spm":
+            return (head + [self.prefix_id, self.suffix_id] + self.encode_infill(suffix)
+                    + [self.middle_id] + self.encode(prefix))
+        return (head + [self.prefix_id] + self.encode(prefix) + [self.suffix_id]
+                + self.encode_infill(suffix) + [self.middle_id])
+
+    def _repo_header(self, extra, path: str, repo: str) -> list[int]:
+        if self.family == "qwen":
+            ids = [self.repo_name_id] + self.encode_infill(repo + "\n")
+            for c in extra:
+                body = c.text if c.text.endswith("\n") else c.text + "\n"
+                ids += [self.file_sep_id] + self.encode_infill(f"{c.path}\n{body}")
+            return ids + [self.file_sep_id] + self.encode_infill(path + "\n")
+        ids = [self.repo_name_id] + self.encode_infill(repo)      # starcoder2
+        for c in extra:
+            ids += [self.file_sep_id] + self.encode_infill(f"{c.path}\n{c.text}")
+        return ids + [self.file_sep_id] + self.encode_infill(path + "\n")
+
+
+def _first_id(vocab: dict[str, int], spellings: tuple[str, ...]) -> int | None:
+    """Id of the first spelling that is one vocabulary entry, else None."""
+    for s in spellings:
+        if s in vocab:
+            return vocab[s]
+    return None
+
+
+def detect_family(tokenizer) -> str:
+    """Family from the tokenizer's vocabulary (its FIM sentinels), not from the model name."""
+    vocab = tokenizer.get_vocab()
+    has = vocab.__contains__
+    if has("<｜fim▁begin｜>"):
+        return "deepseek"
+    if has("[SUFFIX]") and has("[PREFIX]"):
+        return "codestral"
+    if has("<|fim_prefix|>"):
+        return "codegemma" if has("<|file_separator|>") else "qwen"
+    if has("<fim_prefix>"):
+        return "starcoder2" if has("<file_sep>") else "starcoder"
+    if has("▁<PRE>") or has("<PRE>"):
+        return "codellama"
+    return "plain"
+
+
+def _has_dummy_prefix(tokenizer) -> bool:
+    """SentencePiece-style tokenizers that put a '▁' before the first word of any text."""
+    try:
+        ids = tokenizer.encode("a", add_special_tokens=False)
+        pieces = tokenizer.convert_ids_to_tokens(ids)
+    except Exception:  # noqa: BLE001 - exotic tokenizers: assume the common case
+        return False
+    return bool(pieces) and pieces[0] in ("▁", "▁a")
+
+
+def load_template(tokenizer, setting: str = "auto") -> FimTemplate:
+    """Template for one tokenizer: detected (`auto`) or named; prefix-only without FIM tokens."""
+    if setting not in ("auto", *FAMILIES):
+        raise ValueError(f"unknown fim_template {setting!r}; expected auto or one of {', '.join(FAMILIES)}")
+    family = detect_family(tokenizer) if setting == "auto" else setting
+    spec = SPECS[family]
+    vocab = tokenizer.get_vocab()
+    pre, suf, mid = (_first_id(vocab, spec.prefix), _first_id(vocab, spec.suffix),
+                     _first_id(vocab, spec.middle))
+    missing = family != "plain" and (pre is None or suf is None or (spec.middle and mid is None))
+    if missing:
+        log.warning("tokenizer has no %s FIM tokens; completing from the prefix only", family)
+        family, spec, pre, suf, mid = "plain", SPECS["plain"], None, None, None
+    elif family == "plain":
+        log.warning("tokenizer has no known FIM tokens; completing from the prefix only")
+    stops = [vocab[s] for s in spec.stops if s in vocab]
+    if tokenizer.eos_token_id is not None:
+        stops.append(tokenizer.eos_token_id)
+    bos = tokenizer.bos_token_id if (spec.uses_bos or (family == "plain" and _adds_bos(tokenizer))) else None
+    repo_id = vocab.get(spec.repo_name) if spec.repo_name else None
+    sep_id = vocab.get(spec.file_sep) if spec.file_sep else None
+    if repo_id is None or sep_id is None:
+        repo_id = sep_id = None          # the repo-level form needs both
+    return FimTemplate(
+        family=family, tokenizer=tokenizer, prefix_id=pre, suffix_id=suf, middle_id=mid, bos_id=bos,
+        stop_ids=tuple(dict.fromkeys(stops)), layouts=spec.layouts,
+        repo_name_id=repo_id, file_sep_id=sep_id, _dummy_prefix=_has_dummy_prefix(tokenizer),
+    )
+
+
+def _adds_bos(tokenizer) -> bool:
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return False
+    ids = tokenizer.encode("a")
+    return bool(ids) and ids[0] == bos

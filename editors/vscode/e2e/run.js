@@ -1,0 +1,176 @@
+// Drives a real VS Code (code-server) in headless chromium: opens a Python file, types,
+// waits for specfill's ghost text, accepts it with Tab and reads back the editor and the
+// status bar. Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
+//
+// Environment: E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the file),
+// E2E_FILE (file name), E2E_SETTINGS (JSON user settings), E2E_OUT, E2E_PORT, E2E_TYPE
+// (text to type), CHROMIUM (default /usr/bin/chromium).
+'use strict';
+const { spawn, execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const env = process.env;
+const deps = env.E2E_DEPS;
+const puppeteer = require(path.join(deps, 'node_modules', 'puppeteer-core'));
+const codeServer = path.join(deps, 'node_modules', '.bin', 'code-server');
+const out = env.E2E_OUT;
+const port = Number(env.E2E_PORT);
+const result = { steps: [] };
+
+function step(name, extra = {}) {
+  result.steps.push({ name, t: Date.now(), ...extra });
+  process.stderr.write(`[e2e] ${name} ${JSON.stringify(extra)}\n`);
+}
+
+async function waitFor(what, fn, timeoutMs, intervalMs = 200) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await fn();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+async function statusBarText(page) {
+  return page.evaluate(() => {
+    for (const el of document.querySelectorAll('.statusbar-item')) {
+      const label = el.getAttribute('aria-label') || el.textContent || '';
+      if (label.includes('specfill')) {
+        const icon = el.querySelector('.codicon');
+        const icons = icon ? [...icon.classList].filter((c) => c.startsWith('codicon-')).join(' ') : '';
+        return { label: label.trim(), text: (el.textContent || '').trim(), icons };
+      }
+    }
+    return null;
+  });
+}
+
+async function ghostText(page) {
+  return page.evaluate(() => {
+    const parts = [...document.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text')]
+      .map((el) => el.textContent || '');
+    return parts.join('\n');
+  });
+}
+
+async function editorText(page) {
+  return page.evaluate(() => {
+    const lines = [...document.querySelectorAll('.monaco-editor .view-lines .view-line')];
+    return lines
+      .map((l) => ({ top: parseFloat(l.style.top || '0'), text: (l.textContent || '').replace(/\u00a0/g, ' ') }))
+      .sort((a, b) => a.top - b.top)
+      .map((l) => l.text)
+      .join('\n');
+  });
+}
+
+async function main() {
+  const userData = path.join(out, 'user-data');
+  const extensions = path.join(out, 'extensions');
+  fs.mkdirSync(path.join(userData, 'User'), { recursive: true });
+  fs.writeFileSync(path.join(userData, 'User', 'settings.json'), env.E2E_SETTINGS);
+  execFileSync(codeServer, ['--extensions-dir', extensions, '--user-data-dir', userData, '--install-extension', env.E2E_VSIX], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  step('extension installed');
+
+  const server = spawn(
+    codeServer,
+    ['--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--extensions-dir', extensions, '--user-data-dir', userData,
+      '--disable-telemetry', '--disable-update-check', '--disable-workspace-trust', env.E2E_WORKSPACE],
+    { stdio: ['ignore', fs.openSync(path.join(out, 'code-server.log'), 'w'), fs.openSync(path.join(out, 'code-server.err'), 'w')] },
+  );
+  let browser;
+  try {
+    await waitFor('code-server', async () => {
+      try {
+        return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok;
+      } catch {
+        return false;
+      }
+    }, 60000, 300);
+    step('code-server up');
+
+    browser = await puppeteer.launch({
+      executablePath: env.CHROMIUM || '/usr/bin/chromium',
+      headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--window-size=1400,900'],
+      defaultViewport: { width: 1400, height: 900 },
+    });
+    const page = await browser.newPage();
+    page.on('pageerror', (e) => process.stderr.write(`[page error] ${e}\n`));
+    await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(env.E2E_WORKSPACE)}`, { waitUntil: 'domcontentloaded' });
+    await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
+    step('workbench');
+
+    // Open the file with Quick Open.
+    await waitFor('quick open', async () => {
+      await page.keyboard.down('Control');
+      await page.keyboard.press('KeyP');
+      await page.keyboard.up('Control');
+      return page.$('.quick-input-widget input');
+    }, 60000, 1000);
+    await page.keyboard.type(env.E2E_FILE);
+    await new Promise((r) => setTimeout(r, 1000));
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.monaco-editor .view-lines', { timeout: 60000 });
+    await page.click('.monaco-editor .view-lines');
+    step('file open');
+
+    // The extension starts the server; wait until it has loaded the models.
+    result.statusWhileLoading = await waitFor('status bar item', () => statusBarText(page), 120000);
+    step('status item', result.statusWhileLoading);
+    result.statusReady = await waitFor('server ready', async () => {
+      const s = await statusBarText(page);
+      return s && s.icons.includes('codicon-check') ? s : null;
+    }, 300000, 500);
+    step('ready', result.statusReady);
+    await page.screenshot({ path: path.join(out, '1-ready.png') });
+
+    // Type like a person; VS Code asks for inline completions by itself.
+    await page.click('.monaco-editor .view-lines');
+    await page.keyboard.type(env.E2E_TYPE, { delay: 40 });
+    await page.keyboard.press('Enter');
+    let ghost = '';
+    try {
+      ghost = await waitFor('ghost text', async () => (await ghostText(page)).trim() && (await ghostText(page)), 60000, 250);
+    } catch (e) {
+      // Ask explicitly once (Trigger Inline Suggestion), in case the automatic request was early.
+      await page.keyboard.down('Alt');
+      await page.keyboard.press('Backslash');
+      await page.keyboard.up('Alt');
+      ghost = await waitFor('ghost text (explicit)', async () => (await ghostText(page)).trim() && (await ghostText(page)), 60000, 250);
+    }
+    result.ghost = ghost;
+    result.editorBefore = await editorText(page);
+    step('ghost', { ghost });
+    await page.screenshot({ path: path.join(out, '2-ghost.png') });
+
+    await page.keyboard.press('Tab');
+    await waitFor('ghost gone', async () => !(await ghostText(page)).trim(), 10000, 100);
+    await new Promise((r) => setTimeout(r, 500));
+    result.editorAfter = await editorText(page);
+    result.statusAfter = await statusBarText(page);
+    step('accepted', { status: result.statusAfter });
+    await page.screenshot({ path: path.join(out, '3-accepted.png') });
+    result.ok = true;
+  } catch (err) {
+    result.ok = false;
+    result.error = String(err && err.stack ? err.stack : err);
+    if (browser) {
+      const pages = await browser.pages();
+      if (pages[0]) await pages[0].screenshot({ path: path.join(out, 'failure.png') }).catch(() => {});
+    }
+  } finally {
+    if (browser) await browser.close().catch(() => {});
+    server.kill('SIGTERM');
+  }
+  process.stdout.write(JSON.stringify(result) + '\n');
+}
+
+main().catch((err) => {
+  process.stdout.write(JSON.stringify({ ok: false, error: String(err) }) + '\n');
+  process.exitCode = 1;
+});

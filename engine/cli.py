@@ -1,0 +1,105 @@
+"""`specfill` command line: generate | complete | serve | bench."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _draft_length(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or 1-16, got {value!r}") from None
+    if not 1 <= n <= 16:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or 1-16, got {n}")
+    return n
+
+
+def generate_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="specfill generate",
+                                description="Continue a prompt with the target model, drafted speculatively.")
+    p.add_argument("--target", default="default", help="hub id, local dir, or 'default'")
+    p.add_argument("--draft", default="default", help="hub id, local dir, 'default', 'ngram' or 'none'")
+    p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--draft-length", type=_draft_length, default="auto", help="'auto' or 1-16")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object {text, stats}")
+    args = p.parse_args(argv)
+    if args.max_new_tokens < 1:
+        p.error("--max-new-tokens must be at least 1")
+
+    from .generate import Engine
+    from .models import ModelLoadError
+    from .settings import EngineConfig, GenerationSettings
+
+    try:
+        prompt = sys.stdin.read() if args.prompt_file == "-" else open(args.prompt_file, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"specfill: cannot read prompt file {args.prompt_file!r}: {e}", file=sys.stderr)
+        return 2
+    try:
+        engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
+                                     dtype=args.dtype, trust_remote_code=args.trust_remote_code))
+    except ModelLoadError as e:
+        print(f"specfill: {e}", file=sys.stderr)
+        return 2
+    target_ids = encode_prompt(engine.target, prompt)
+    draft_ids = encode_prompt(engine.draft, prompt) if engine.draft is not None else None
+    settings = GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
+                                  temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                  seed=args.seed)
+    try:
+        result = engine.generate(target_ids, draft_ids, settings)
+    except ValueError as e:
+        print(f"specfill: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"text": result.text, "stop_reason": result.stop_reason,
+                          "stats": result.stats.as_dict()}))
+    else:
+        s = result.stats
+        print(result.text)
+        print(f"[{s.new_tokens} tokens in {s.latency_ms:.0f} ms, {s.target_calls} target calls, "
+              f"{s.tokens_per_target_call:.2f} tokens/call, acceptance {s.acceptance_rate:.2f}, "
+              f"stop: {result.stop_reason}]", file=sys.stderr)
+    return 0
+
+
+def encode_prompt(loaded, text: str) -> list[int]:
+    """Plain left-to-right prompt: BOS (when the tokenizer has one) + the text as text."""
+    bos = getattr(loaded.tokenizer, "bos_token_id", None)
+    return ([bos] if bos is not None else []) + loaded.vocab.encode_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {
+        "generate": ("engine.cli", "generate_main"),
+        "complete": ("lsp.cli", "complete_main"),
+        "serve": ("lsp.cli", "serve_main"),
+        "bench": ("bench.replay", "main"),
+    }
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: specfill {generate,complete,serve,bench} [options]\n"
+              "  generate  continue a prompt file (speculative decoding)\n"
+              "  complete  ghost text for FILE:LINE:COL, as the editor would get it\n"
+              "  serve     language server (stdio, or --tcp HOST:PORT)\n"
+              "  bench     keystroke-replay latency benchmark", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    import importlib
+    module, func = commands[argv[0]]
+    return getattr(importlib.import_module(module), func)(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

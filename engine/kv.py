@@ -1,0 +1,115 @@
+"""KV sessions: a model's cache that lives across requests.
+
+A session remembers which token ids its cache holds. A new request finds the longest common
+prefix with them, crops the cache back to it and computes only the rest, so an edit near
+the end of a prompt costs only the tokens after the edit. A pool keeps a few sessions per
+model (say, one per open document) within a fixed token budget.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import DynamicCache
+
+
+class ContextTooLong(ValueError):
+    pass
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # binary search on equal slices: C-speed compares instead of a Python loop
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class KVSession:
+    def __init__(self, model: torch.nn.Module, max_tokens: int):
+        self.model = model
+        self.max_tokens = max_tokens
+        self.device = next(model.parameters()).device
+        self.ids: list[int] = []
+        self.cache: DynamicCache | None = None
+        self.last_used = time.monotonic()
+        self.forward_calls = 0
+
+    def crop(self, keep: int) -> None:
+        if keep >= len(self.ids):
+            return
+        if keep <= 0 or self.cache is None:
+            self.ids, self.cache = [], None
+        else:
+            self.cache.crop(keep - len(self.ids))
+            del self.ids[keep:]
+
+    def _forward(self, new_ids: list[int], logits_to_keep: int) -> torch.Tensor:
+        if len(self.ids) + len(new_ids) > self.max_tokens:
+            raise ContextTooLong(
+                f"{len(self.ids) + len(new_ids)} tokens exceed the KV session limit of {self.max_tokens}")
+        if self.cache is None:
+            self.cache = DynamicCache()
+        x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        self.ids.extend(new_ids)
+        self.forward_calls += 1
+        return out.logits[0].float()
+
+    def sync(self, ids: list[int]) -> tuple[int, int]:
+        """Make the cache hold exactly `ids`. Returns (reused, computed) token counts."""
+        self.last_used = time.monotonic()
+        keep = common_prefix_len(self.ids, ids)
+        self.crop(keep)
+        if keep < len(ids):
+            self._forward(ids[keep:], logits_to_keep=1)
+        return keep, len(ids) - keep
+
+    def advance(self, ids: list[int], n_logits: int = 1) -> torch.Tensor:
+        """Make the cache hold `ids` and return logits [n_logits, vocab] for its last
+        n_logits positions (logits[i] predicts the token after ids[len(ids)-n_logits+i]).
+        At least those positions are recomputed."""
+        self.last_used = time.monotonic()
+        n = len(self.ids)
+        if not (n <= len(ids) - n_logits and self.ids == ids[:n]):
+            self.crop(min(common_prefix_len(self.ids, ids), len(ids) - n_logits))
+        return self._forward(ids[len(self.ids):], logits_to_keep=n_logits)
+
+
+class KVPool:
+    """A few KV sessions for one model; a request goes to the one sharing most of its prompt."""
+
+    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096):
+        self.model = model
+        self.max_sessions = max(1, max_sessions)
+        self.max_tokens = max_tokens
+        self.sessions: list[KVSession] = []
+
+    def session_for(self, ids: list[int]) -> KVSession:
+        best, best_len = None, -1
+        for s in self.sessions:
+            n = common_prefix_len(s.ids, ids)
+            if n > best_len:
+                best, best_len = s, n
+        # Reuse a session when it shares a real part of the prompt; otherwise keep it for
+        # its own document and take a fresh one (or the least recently used when full).
+        if best is not None and best_len >= max(1, min(len(ids), len(best.ids)) // 2):
+            return best
+        if len(self.sessions) < self.max_sessions:
+            s = KVSession(self.model, self.max_tokens)
+            self.sessions.append(s)
+            return s
+        return min(self.sessions, key=lambda s: s.last_used)
+
+    def clear(self) -> None:
+        self.sessions.clear()
+
+    def cached_tokens(self) -> int:
+        return sum(len(s.ids) for s in self.sessions)

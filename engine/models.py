@@ -1,0 +1,121 @@
+"""Loading a causal LM and its tokenizer by hub id, local directory or "default"."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .vocab import TokenVocab, build_vocab
+
+log = logging.getLogger("specfill.engine")
+
+DEFAULT_PAIR_DIR = Path(__file__).parent / "default_pair"
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message is one line naming the model and the cause."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    vocab: TokenVocab
+    device: torch.device
+
+    @property
+    def max_positions(self) -> int | None:
+        cfg = self.model.config
+        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            v = getattr(cfg, attr, None)
+            if isinstance(v, int) and v > 0:
+                return v
+        return None
+
+
+def resolve_name(name: str, role: str) -> str:
+    """'default' -> the shipped model for this role (target or draft)."""
+    if name == "default":
+        path = DEFAULT_PAIR_DIR / role
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"default {role}: the built-in model is missing at {path} "
+                                 "(train it with `python -m training.train`)")
+        return str(path)
+    return name
+
+
+def pick_device(device: str) -> torch.device:
+    if device not in DEVICES:
+        raise ModelLoadError(f"device {device!r}: not one of {', '.join(DEVICES)}")
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("device 'cuda': CUDA is not available on this machine")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r}: not one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        # fp32 is faster than bf16 for small models on CPU; half precision on accelerators.
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float16 if device.type == "mps" else torch.float32
+    return getattr(torch, dtype)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return (text[:300] + "...") if len(text) > 300 else text or type(e).__name__
+
+
+def load_model(name: str, role: str = "target", device: str = "auto", dtype: str = "auto",
+               trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
+    """Load a causal LM + tokenizer. Local directories load offline; a missing model, a model
+    that is not a causal LM, or a missing tokenizer raises ModelLoadError."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = resolve_name(name, role)
+    looks_like_path = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
+    if looks_like_path and not os.path.isdir(path):  # hub ids are "name" or "org/name"
+        raise ModelLoadError(f"{role} model {name!r}: no such directory")
+    dev = pick_device(device)
+    torch_dtype = pick_dtype(dtype, dev)
+    local = os.path.isdir(path)
+    kw = dict(trust_remote_code=trust_remote_code, local_files_only=local)
+    try:
+        config = AutoConfig.from_pretrained(path, **kw)
+    except Exception as e:  # noqa: BLE001 - every cause becomes one clear line
+        raise ModelLoadError(f"{role} model {name!r}: not found or unreadable ({_one_line(e)})") from None
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
+        raise ModelLoadError(f"{role} model {name!r}: {config.model_type!r} is not a causal language model")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"{role} model {name!r}: tokenizer missing or unreadable ({_one_line(e)})") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(f"{role} model {name!r}: needs a fast (tokenizers) tokenizer")
+    try:
+        if device_map:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=device_map, **kw)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw).to(dev)
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"{role} model {name!r}: weights could not be loaded ({_one_line(e)})") from None
+    model.eval()
+    model.requires_grad_(False)
+    log.info("loaded %s model %s (%s, %s)", role, name, dev, torch_dtype)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
+                       device=next(model.parameters()).device)

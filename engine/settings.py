@@ -1,0 +1,77 @@
+"""Settings and results of one generation call, as plain dataclasses."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+MAX_DRAFT_LENGTH = 16
+
+
+@dataclass
+class EngineConfig:
+    """Which models to load and where. `draft` may also be "ngram" or "none"."""
+    target: str = "default"
+    draft: str = "default"
+    device: str = "auto"          # auto | cpu | cuda | mps
+    dtype: str = "auto"           # auto | float32 | bfloat16 | float16
+    trust_remote_code: bool = False
+    device_map: str | None = None  # "auto": spread a target larger than one device (accelerate)
+    max_cache_tokens: int = 4096  # per KV session; prompts longer than this are refused
+    max_sessions: int = 4         # KV sessions kept per model (e.g. one per open document)
+
+
+@dataclass
+class GenerationSettings:
+    max_new_tokens: int = 64
+    draft_length: int | str = "auto"   # "auto" or 1..16 tokens proposed per round
+    temperature: float = 0.0           # 0 = greedy
+    top_k: int = 0                     # 0 = off
+    top_p: float = 1.0                 # 1 = off
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    time_budget_ms: float | None = None  # return what is accepted once this is spent
+    draft_confidence: float = 0.4      # auto mode: stop a draft when its own top prob drops below
+
+
+@dataclass
+class GenerationStats:
+    target_calls: int = 0       # target forward passes, prefill included
+    draft_calls: int = 0        # draft forward passes
+    rounds: int = 0             # draft-then-verify rounds
+    drafted: int = 0            # candidate tokens sent to the target for verification
+    accepted: int = 0           # of those, accepted
+    new_tokens: int = 0
+    prefill_tokens: int = 0     # prompt tokens computed by the target
+    reused_tokens: int = 0      # prompt tokens served from the target's KV cache
+    draft_prefill_tokens: int = 0
+    draft_reused_tokens: int = 0
+    prefill_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    latency_ms: float = 0.0
+    final_draft_length: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        decode_calls = self.target_calls - (1 if self.prefill_tokens else 0)
+        return self.new_tokens / decode_calls if decode_calls > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["acceptance_rate"] = round(self.acceptance_rate, 4)
+        d["tokens_per_target_call"] = round(self.tokens_per_target_call, 4)
+        d["overhead_ms"] = round(self.latency_ms - self.prefill_ms - self.draft_ms - self.verify_ms, 3)
+        for k in ("prefill_ms", "draft_ms", "verify_ms", "latency_ms"):
+            d[k] = round(d[k], 3)
+        return d
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    stop_reason: str            # eos | stop_string | max_tokens | time_budget | cancelled | context_full
+    stats: GenerationStats = field(default_factory=GenerationStats)

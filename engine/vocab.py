@@ -1,0 +1,186 @@
+"""What each token id means as raw bytes, and text <-> ids for a continuation.
+
+The engine shares text between models with different tokenizers, so it needs, for every
+token, the exact bytes it adds when it continues a sequence: "▁foo" adds b" foo", byte-level
+"Ġfoo" adds b" foo", byte-fallback "<0xE4>" adds one byte of a UTF-8 character. Special
+tokens add nothing (they are never text). Working in bytes, not str, keeps half-characters
+and leading spaces exact where tokenizer.decode would strip or replace them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+_BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    # GPT-2's reversible byte <-> printable-unicode table.
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+def _decoder_kinds(spec: dict) -> set[str]:
+    kinds: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "type" in node:
+                kinds.add(node["type"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(spec.get("decoder"))
+    return kinds
+
+
+@dataclass
+class TokenVocab:
+    """Byte content of every token id of one tokenizer, plus fast text encoding."""
+    tokenizer: object
+    token_bytes: list[bytes]
+    special_ids: frozenset[int]
+    bytes_to_id: dict[bytes, int]
+    max_token_len: int
+    _backend: object = field(repr=False, default=None)
+
+    def bytes_of(self, ids) -> bytes:
+        tb = self.token_bytes
+        return b"".join(tb[i] if 0 <= i < len(tb) else b"" for i in ids)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` as plain text: special-token strings inside it stay text."""
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def longest_match(self, data: bytes) -> list[int]:
+        """Greedy longest-prefix tokenization of raw bytes (used for short leftover pieces)."""
+        ids, i = [], 0
+        while i < len(data):
+            for n in range(min(self.max_token_len, len(data) - i), 0, -1):
+                tid = self.bytes_to_id.get(data[i:i + n])
+                if tid is not None:
+                    ids.append(tid)
+                    i += n
+                    break
+            else:
+                return ids  # a byte no token covers: stop here
+        return ids
+
+    def encode_continuation(self, context_ids: list[int], new: bytes) -> tuple[list[int], bytes]:
+        """Ids that continue `context_ids` with the bytes `new`, tokenized as the tokenizer
+        would tokenize them in context (a few context tokens are re-encoded in front as a
+        lookbehind so merges and leading spaces come out right). Returns (ids, leftover)
+        where leftover is a trailing incomplete UTF-8 character that was not encoded."""
+        tb = self.token_bytes
+        lb_ids: list[int] = []
+        for tid in reversed(context_ids[-8:]):
+            if tid in self.special_ids:
+                break
+            lb_ids.insert(0, tid)
+            if len(lb_ids) >= 4 and not _is_continuation_byte(tb[lb_ids[0]][:1]):
+                break
+        lb = self.bytes_of(lb_ids)
+        while lb and _is_continuation_byte(lb[:1]):
+            lb = lb[1:]
+        full = lb + new
+        cut = _complete_utf8_len(full)
+        if cut <= len(lb):
+            return [], new
+        try:
+            text = full[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            return [], new  # invalid bytes (a model emitted junk): propose nothing
+        ids = self.encode_text(text)
+        got = self.bytes_of(ids)
+        extra = len(got) - cut  # some tokenizers prepend a space (SentencePiece dummy prefix)
+        if extra not in (0, 1) or got[extra:] != full[:cut]:
+            return [], new
+        boundary = extra + len(lb)
+        pos = 0
+        for j, tid in enumerate(ids):
+            end = pos + len(tb[tid])
+            if end > boundary:
+                head = [] if pos >= boundary else self.longest_match(got[boundary:end])
+                if pos < boundary and self.bytes_of(head) != got[boundary:end]:
+                    return [], new
+                return head + ids[j + 1:] if pos < boundary else ids[j:], full[cut:]
+            pos = end
+        return [], full[cut:]
+
+
+def _is_continuation_byte(b: bytes) -> bool:
+    return bool(b) and 0x80 <= b[0] < 0xC0
+
+
+def _complete_utf8_len(data: bytes) -> int:
+    """Length of the longest prefix of `data` that does not end inside a UTF-8 character."""
+    n = len(data)
+    i = n - 1
+    while i >= 0 and i > n - 4 and 0x80 <= data[i] < 0xC0:
+        i -= 1
+    if i < 0:
+        return n
+    lead = data[i]
+    need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+    return n if n - i >= need else i
+
+
+def decode_bytes(data: bytes) -> str:
+    """Text of generated bytes; an unfinished trailing character is left out."""
+    return data[:_complete_utf8_len(data)].decode("utf-8", errors="replace")
+
+
+def build_vocab(tokenizer) -> TokenVocab:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    spec = json.loads(backend.to_str()) if backend is not None else {}
+    kinds = _decoder_kinds(spec)
+    byte_level = "ByteLevel" in kinds
+    byte_fallback = "ByteFallback" in kinds or bool(spec.get("model", {}).get("byte_fallback"))
+    bl = _byte_level_decoder() if byte_level else {}
+
+    vocab = tokenizer.get_vocab()
+    added = {i: t for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    special |= {i for i, t in added.items() if getattr(t, "special", False)}
+    size = max(vocab.values()) + 1 if vocab else 0
+    table = [b""] * size
+    for piece, i in vocab.items():
+        if i in special:
+            continue
+        if i in added:
+            table[i] = str(getattr(added[i], "content", piece)).encode("utf-8")
+            continue
+        m = _BYTE_TOKEN.match(piece) if byte_fallback else None
+        if m:
+            table[i] = bytes([int(m.group(1), 16)])
+        elif byte_level and all(c in bl for c in piece):
+            table[i] = bytes(bl[c] for c in piece)
+        else:
+            table[i] = piece.replace("▁", " ").encode("utf-8")
+    bytes_to_id: dict[bytes, int] = {}
+    for i, b in enumerate(table):
+        if b and i not in special and (b not in bytes_to_id or i < bytes_to_id[b]):
+            bytes_to_id[b] = i
+    plain = None
+    if backend is not None:
+        from tokenizers import Tokenizer
+        plain = Tokenizer.from_str(backend.to_str())
+        plain.encode_special_tokens = True  # sentinel text in user code is just text
+        plain.no_truncation()
+        plain.no_padding()
+    return TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
+                      bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
+                      _backend=plain)

@@ -1,0 +1,79 @@
+"""Settings -> loaded models and completion options: the part shared by `serve` and `complete`.
+
+Imports torch (through engine/completion) only when called, so the server can redirect stdout
+before anything heavy is loaded.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from lsp.settings import Settings
+
+log = logging.getLogger("specfill.backend")
+
+
+@dataclass
+class Backend:
+    """A loaded engine and the completion pipeline on top of it; used from one thread only."""
+
+    engine: Any
+    pipeline: Any
+    settings: Settings   # the settings it was loaded with
+    load_ms: float = 0.0
+
+
+def load_backend(settings: Settings) -> Backend:
+    """Load target and draft as `settings` say. Raises engine.ModelLoadError for bad models."""
+    import time
+
+    from completion.pipeline import CompletionPipeline
+    from engine import Engine, EngineConfig
+
+    t0 = time.perf_counter()
+    config = EngineConfig(target=settings.targetModel, draft=settings.draftModel,
+                          device=settings.device, dtype=settings.dtype,
+                          trust_remote_code=settings.trustRemoteCode,
+                          max_cache_tokens=settings.maxCacheTokens)
+    engine = Engine(config)
+    pipeline = CompletionPipeline(engine)
+    load_ms = (time.perf_counter() - t0) * 1000
+    log.info("loaded target=%s draft=%s in %.0f ms", settings.targetModel, settings.draftModel, load_ms)
+    return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
+
+
+def completion_options(settings: Settings) -> Any:
+    from completion.pipeline import CompletionOptions
+
+    return CompletionOptions(
+        fim_template=settings.fimTemplate, draft_fim_template=settings.draftFimTemplate,
+        fim_layout=settings.fimLayout, prefix_tokens=settings.prefixTokens,
+        suffix_tokens=settings.suffixTokens, extra_tokens=settings.extraTokens,
+        multiline=settings.multiline, max_lines=settings.maxLines,
+        max_new_tokens=settings.maxNewTokens, temperature=settings.temperature,
+        draft_length=settings.draftLength, time_budget_ms=settings.timeBudgetMs or None)
+
+
+def completion_request(uri: str, text: str, line: int, character: int) -> Any:
+    from completion.pipeline import CompletionRequest
+
+    return CompletionRequest(uri=uri, text=encodable(text), line=line, character=character)
+
+
+def encodable(text: str) -> str:
+    """`text` with lone surrogates (binary junk sent as JSON) replaced one-for-one by '?', so
+    tokenizers can encode it and codepoint columns stay the same."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def is_model_load_error(exc: BaseException) -> bool:
+    try:
+        from engine import ModelLoadError
+    except Exception:  # engine itself failed to import: report that as the load error
+        return True
+    return isinstance(exc, ModelLoadError)

@@ -1,0 +1,182 @@
+"""`specfill serve` and `specfill complete` (engine/cli.py dispatches here; argv excludes the
+subcommand). Keep torch out of this module's imports: `serve` must redirect stdout first."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def _protect_stdout():
+    """Keep the real stdout for the protocol and point fd 1 (and sys.stdout) at stderr, so a
+    stray print or a native library writing to stdout cannot corrupt the LSP stream."""
+    sys.stdout.flush()
+    wire = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return wire
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level.upper() != "DEBUG":
+        # pygls logs every message it sends at INFO (whole documents included).
+        logging.getLogger("pygls").setLevel(logging.WARNING)
+
+
+def parse_tcp(value: str) -> tuple[str, int]:
+    """HOST:PORT, :PORT or PORT; the host defaults to 127.0.0.1 (never all interfaces unless
+    asked)."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        port_no = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tcp wants HOST:PORT, got {value!r}") from None
+    if not 0 < port_no < 65536:
+        raise argparse.ArgumentTypeError(f"port out of range: {port_no}")
+    return host, port_no
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specfill serve",
+                                     description="Run the specfill language server (stdio by default).")
+    parser.add_argument("--tcp", type=parse_tcp, metavar="HOST:PORT",
+                        help="listen on TCP instead of stdio (host defaults to 127.0.0.1)")
+    parser.add_argument("--stdio", action="store_true", help="use stdio (the default)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"], help="stderr log level")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+
+    wire = None if args.tcp else _protect_stdout()
+    _setup_logging(args.log_level)
+
+    from lsp.server import make_server, stop_work  # after the redirect: pulls in pygls
+
+    server = make_server()
+    log = logging.getLogger("specfill.serve")
+    code = 0
+    try:
+        if args.tcp:
+            host, port = args.tcp
+            log.info("listening on %s:%d", host, port)
+            server.start_tcp(host, port)
+        else:
+            server.start_io(sys.stdin.buffer, wire)
+    except (KeyboardInterrupt, SystemExit):  # `exit` notification over TCP ends in SystemExit
+        pass
+    finally:
+        stop_work(server)
+        # exit without shutdown request -> 1, as LSP says
+        code = 0 if server.protocol._shutdown else 1
+        log.info("server stopped (exit code %d)", code)
+        sys.stderr.flush()
+    # A decode or load still running on the worker must not keep a dead server alive.
+    os._exit(code)
+
+
+def _parse_location(value: str) -> tuple[str, int, int]:
+    path, sep, rest = value.rpartition(":")
+    path2, sep2, line = path.rpartition(":")
+    if not sep or not sep2 or not line.isdigit() or not rest.isdigit():
+        raise argparse.ArgumentTypeError(f"expected FILE:LINE:COL (1-based), got {value!r}")
+    if int(line) < 1 or int(rest) < 1:
+        raise argparse.ArgumentTypeError(f"LINE and COL are 1-based, got {line}:{rest}")
+    return path2, int(line), int(rest)
+
+
+def complete_main(argv: list[str] | None = None) -> int:
+    from lsp.settings import FIELDS, Settings, SettingsError, parse_settings
+
+    parser = argparse.ArgumentParser(
+        prog="specfill complete",
+        description="Complete FILE at LINE:COL (1-based; COL counts characters) with the same "
+                    "pipeline as the language server and print the ghost text.")
+    parser.add_argument("location", type=_parse_location, metavar="FILE:LINE:COL")
+    parser.add_argument("--target", help="targetModel (default: the shipped pair)")
+    parser.add_argument("--draft", help="draftModel: default, hub id, path, ngram or none")
+    parser.add_argument("--draft-length", help="auto or 1-16")
+    parser.add_argument("--max-new-tokens", help="maxNewTokens")
+    parser.add_argument("--multiline", help="auto, always or never")
+    parser.add_argument("--device", help="auto, cpu, cuda, cuda:N, mps")
+    parser.add_argument("--dtype", help="auto, float32, float16, bfloat16")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="any other setting, e.g. --set prefixTokens=512 (repeatable)")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--json", action="store_true", help='print {"text": ..., "stats": {...}}')
+    parser.add_argument("--log-level", default="warning",
+                        choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    _setup_logging(args.log_level)
+
+    raw: dict = {}
+    for name, value in (("targetModel", args.target), ("draftModel", args.draft),
+                        ("draftLength", args.draft_length), ("maxNewTokens", args.max_new_tokens),
+                        ("multiline", args.multiline), ("device", args.device),
+                        ("dtype", args.dtype)):
+        if value is not None:
+            raw[name] = value
+    if args.trust_remote_code:
+        raw["trustRemoteCode"] = True
+    for item in args.set:
+        name, eq, value = item.partition("=")
+        if not eq or name not in FIELDS:
+            parser.error(f"--set wants NAME=VALUE with a setting name, got {item!r} "
+                         f"(names: {', '.join(FIELDS)})")
+        raw[name] = value
+    try:
+        settings = parse_settings(raw, Settings())
+    except SettingsError as exc:
+        parser.error(str(exc))
+
+    path, line, col = args.location
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        print(f"specfill complete: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    text = data.decode("utf-8", errors="replace")
+
+    from lsp.positions import split_lines
+
+    lines = split_lines(text)
+    last_line_open = not lines or lines[-1].endswith(("\n", "\r"))
+    if line - 1 > len(lines) or (line - 1 == len(lines) and not last_line_open):
+        print(f"specfill complete: {path} has {len(lines)} lines, asked for line {line}",
+              file=sys.stderr)
+        return 2
+    content = lines[line - 1].rstrip("\r\n") if line - 1 < len(lines) else ""
+    if col - 1 > len(content):
+        print(f"specfill complete: line {line} of {path} has {len(content)} characters, "
+              f"asked for column {col}", file=sys.stderr)
+        return 2
+
+    from lsp import backend
+
+    try:
+        loaded = backend.load_backend(settings)
+    except Exception as exc:
+        if backend.is_model_load_error(exc):
+            print(f"specfill complete: {exc}", file=sys.stderr)
+            return 2
+        raise
+    import threading
+
+    request = backend.completion_request(Path(path).resolve().as_uri(), text, line - 1, col - 1)
+    completion = loaded.pipeline.complete(request, backend.completion_options(settings),
+                                          cancel=threading.Event())
+    ghost = completion.text if completion is not None else ""
+    if args.json:
+        stats = dict(completion.stats) if completion is not None else {}
+        out = {"text": ghost, "stats": stats}
+        if completion is not None:
+            out["replace_end"] = [completion.replace_end[0] + 1, completion.replace_end[1] + 1]
+            out["from_cache"] = completion.from_cache
+        print(json.dumps(out, default=str))
+    else:
+        sys.stdout.write(ghost + ("\n" if ghost and not ghost.endswith("\n") else ""))
+    return 0

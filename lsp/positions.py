@@ -1,0 +1,69 @@
+"""LSP positions (utf-16 or utf-8 code units, as negotiated) <-> python codepoint columns.
+
+Lines end at \\n, \\r\\n or \\r only, as LSP says (str.splitlines also splits at \\x0c, \\x1c,
+\\u2028 and friends, which editors do not count as line breaks).
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+from lsprotocol import types
+from pygls.workspace import TextDocument, Workspace
+from pygls.workspace.position_codec import PositionCodec
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def split_lines(text: str) -> tuple[str, ...]:
+    """Lines with their line endings kept; no entry for the empty text after a final newline."""
+    return tuple(_LINE.findall(text))
+
+
+def _content(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def to_codepoints(lines: Sequence[str], codec: PositionCodec,
+                  position: types.Position) -> Optional[tuple[int, int]]:
+    """(line, codepoint column) for a client position; None when the line does not exist.
+
+    A column past the end of its line is clamped to the line end (clients send those after
+    deletions race with requests); the line after a final newline exists and is empty.
+    """
+    line, character = position.line, position.character
+    if line < 0 or character < 0:
+        return None
+    if line >= len(lines):
+        if line == len(lines) and (not lines or lines[-1].endswith(("\n", "\r"))):
+            return line, 0
+        return None
+    content = _content(lines[line])
+    units = codec.client_num_units(content)
+    character = min(character, units)
+    # pygls' codec counts code units per codepoint; it would mutate an out-of-range position,
+    # so it only ever gets a clamped copy.
+    converted = codec.position_from_client_units([content], types.Position(line=0, character=character))
+    return line, min(converted.character, len(content))
+
+
+def to_client(lines: Sequence[str], codec: PositionCodec, line: int, character: int) -> types.Position:
+    """Client position for a (line, codepoint column) pair."""
+    if line >= len(lines):
+        return types.Position(line=line, character=0)
+    content = _content(lines[line])
+    return types.Position(line=line, character=codec.client_num_units(content[:character]))
+
+
+class LspTextDocument(TextDocument):
+    """pygls TextDocument that splits lines the way LSP clients count them."""
+
+    @property
+    def lines(self) -> Sequence[str]:
+        return split_lines(self.source)
+
+
+class LspWorkspace(Workspace):
+    def _create_text_document(self, doc_uri, source=None, version=None, language_id=None):
+        return LspTextDocument(doc_uri, source=source, version=version, language_id=language_id,
+                               sync_kind=self._sync_kind, position_codec=self._position_codec)

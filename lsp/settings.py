@@ -1,0 +1,251 @@
+"""Every specfill setting, named, documented and validated in one place.
+
+Editors send these as the `specfill` configuration section (VS Code `specfill.*`, Neovim
+`settings = { specfill = {...} }` or `init_options`). `python -m lsp.settings --schema` prints
+the table as JSON so the editor manifests can be checked against it; `--markdown` prints the
+README table.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+# The template families completion/templates.py knows (kept here so reading settings stays cheap;
+# tests check the two lists agree).
+FIM_TEMPLATES = ("codellama", "starcoder", "starcoder2", "deepseek", "qwen", "codegemma",
+                 "codestral", "plain")
+
+MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens")
+"""Settings whose change needs the models reloaded (the others apply to the next request)."""
+
+
+class SettingsError(ValueError):
+    """An invalid setting value: the message names the setting, the value and what is allowed."""
+
+    def __init__(self, name: str, value: Any, allowed: str):
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(f"invalid value for specfill.{name}: {value!r} (allowed: {allowed})")
+
+
+def _setting(default: Any, description: str, allowed: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"description": description, "allowed": allowed, **extra})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """specfill settings; field names are the camelCase names editors use."""
+
+    enable: bool = _setting(True, "Offer completions at all.", "true or false")
+    targetModel: str = _setting(
+        "default", "The model whose output you get: `default` (the shipped pair), a Hugging Face "
+        "hub id (must already be in the local cache) or a local directory.",
+        "`default`, hub id or local path")
+    draftModel: str = _setting(
+        "default", "The small model that proposes tokens for the target to verify: `default`, a "
+        "hub id, a local directory, `ngram` (prompt lookup, no model) or `none` (plain decoding).",
+        "`default`, hub id, local path, `ngram`, `none`")
+    draftLength: Any = _setting(
+        "auto", "Tokens drafted per target call; `auto` adapts to the acceptance rate.",
+        "`auto` or an integer 1-16", min=1, max=16, keywords=("auto",))
+    maxNewTokens: int = _setting(64, "Most tokens generated for one completion.",
+                                 "integer 1-1024", min=1, max=1024)
+    maxLines: int = _setting(8, "Most lines in one multi-line completion.",
+                             "integer 1-200", min=1, max=200)
+    temperature: float = _setting(
+        0.0, "Sampling temperature; 0 is greedy (output equals the target's own greedy output).",
+        "number 0-2", min=0.0, max=2.0)
+    device: str = _setting("auto", "Where the models run.",
+                           "`auto`, `cpu`, `cuda`, `cuda:N`, `mps`")
+    dtype: str = _setting("auto", "Weight precision.",
+                          "`auto`, `float32`, `float16`, `bfloat16`",
+                          choices=("auto", "float32", "float16", "bfloat16"))
+    fimTemplate: str = _setting(
+        "auto", "Fill-in-the-middle prompt format; `auto` picks it from the target's tokenizer, "
+        "`plain` completes from the prefix only.",
+        "`auto`, " + ", ".join(f"`{t}`" for t in FIM_TEMPLATES),
+        choices=("auto", *FIM_TEMPLATES))
+    draftFimTemplate: str = _setting(
+        "auto", "The draft model's own prompt format (it may be another family than the target's).",
+        "`auto`, " + ", ".join(f"`{t}`" for t in FIM_TEMPLATES),
+        choices=("auto", *FIM_TEMPLATES))
+    fimLayout: str = _setting(
+        "auto", "Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix "
+        "first, keeps the KV cache valid while typing); `auto` picks per template.",
+        "`auto`, `psm`, `spm`", choices=("auto", "psm", "spm"))
+    prefixTokens: int = _setting(1024, "Tokens of text before the cursor put in the prompt.",
+                                 "integer 16-32768", min=16, max=32768)
+    suffixTokens: int = _setting(256, "Tokens of text after the cursor put in the prompt.",
+                                 "integer 0-32768", min=0, max=32768)
+    extraTokens: int = _setting(
+        256, "Tokens of context taken from other open documents; 0 turns it off.",
+        "integer 0-32768", min=0, max=32768)
+    multiline: str = _setting(
+        "auto", "Multi-line completions: `auto` (one line when code follows the cursor), "
+        "`always`, or `never` (stop at the end of the line).",
+        "`auto`, `always`, `never`", choices=("auto", "always", "never"))
+    debounceMs: int = _setting(
+        20, "Server-side wait after a request before decoding starts; a newer request for the "
+        "same document during the wait replaces it.", "integer 0-5000", min=0, max=5000)
+    timeBudgetMs: int = _setting(
+        0, "Stop decoding after this many milliseconds and show what is ready; 0 = no limit.",
+        "integer 0-60000", min=0, max=60000)
+    maxCacheTokens: int = _setting(
+        4096, "Longest KV cache kept per session (prompt + completion tokens).",
+        "integer 256-131072", min=256, max=131072)
+    maxDocumentChars: int = _setting(
+        2_000_000, "Documents longer than this (characters) get no completions and are not kept "
+        "in memory.", "integer 1000-100000000", min=1000, max=100_000_000)
+    trustRemoteCode: bool = _setting(
+        False, "Allow model repositories to run their own Python code when loading. Off unless "
+        "you trust the model's source.", "true or false")
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def model_key(self) -> tuple:
+        """What identifies the loaded models: a change here means a reload."""
+        return tuple(getattr(self, k) for k in MODEL_KEYS)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+IGNORED_KEYS = {"trace"}  # vscode-languageclient's own `specfill.trace.server`
+
+
+def _check_int(name: str, value: Any, meta: dict) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SettingsError(name, value, meta["allowed"])
+    if not meta["min"] <= value <= meta["max"]:
+        raise SettingsError(name, value, meta["allowed"])
+    return value
+
+
+def _check_value(name: str, value: Any) -> Any:
+    f = FIELDS[name]
+    meta = f.metadata
+    allowed = meta["allowed"]
+    if isinstance(value, str) and value.strip().lower() in meta.get("keywords", ()):
+        return value.strip().lower()
+    if isinstance(f.default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise SettingsError(name, value, allowed)
+    if "min" in meta and isinstance(meta["min"], int) and not isinstance(meta["min"], bool):
+        return _check_int(name, value, meta)
+    if isinstance(f.default, float):
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise SettingsError(name, value, allowed) from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SettingsError(name, value, allowed)
+        if not meta["min"] <= value <= meta["max"]:
+            raise SettingsError(name, value, allowed)
+        return float(value)
+    # strings
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise SettingsError(name, value, allowed)
+    value = value.strip()
+    if "choices" in meta:
+        if value.lower() not in meta["choices"]:
+            raise SettingsError(name, value, allowed)
+        return value.lower()
+    if name == "device":
+        low = value.lower()
+        ok = low in ("auto", "cpu", "cuda", "mps") or (
+            low.startswith("cuda:") and low[5:].isdigit())
+        if not ok:
+            raise SettingsError(name, value, allowed)
+        return low
+    if name in ("targetModel", "draftModel"):
+        low = value.lower()
+        if low in ("default", "ngram", "none"):
+            if name == "targetModel" and low in ("ngram", "none"):
+                raise SettingsError(name, value, "`default`, hub id or local path")
+            return low
+    return value
+
+
+def parse_settings(raw: dict | None, previous: Settings) -> Settings:
+    """`previous` with the values in `raw` (a `specfill` section) applied.
+
+    Keys not in `raw` keep their previous value; a `null` value resets that setting to its
+    default. Unknown keys are ignored (see `unknown_keys`). Raises SettingsError naming the first
+    invalid value; nothing is applied then.
+    """
+    if raw is None:
+        return previous
+    if not isinstance(raw, dict):
+        raise SettingsError("<section>", raw, "an object of specfill settings")
+    changes: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in FIELDS:
+            continue
+        changes[name] = FIELDS[name].default if value is None else _check_value(name, value)
+    return previous.replace(**changes)
+
+
+def unknown_keys(raw: dict | None) -> list[str]:
+    if not isinstance(raw, dict):
+        return []
+    return sorted(k for k in raw if k not in FIELDS and k not in IGNORED_KEYS)
+
+
+def schema() -> list[dict[str, Any]]:
+    """One entry per setting: name, type, default, allowed values, description (and bounds)."""
+    out = []
+    for f in dataclasses.fields(Settings):
+        meta = f.metadata
+        if isinstance(f.default, bool):
+            type_ = "boolean"
+        elif isinstance(f.default, float):
+            type_ = "number"
+        elif isinstance(f.default, int):
+            type_ = "integer"
+        elif "keywords" in meta:
+            type_ = ["string", "integer"]
+        else:
+            type_ = "string"
+        entry = {"name": f.name, "type": type_, "default": f.default,
+                 "allowed": meta["allowed"], "description": meta["description"]}
+        for k in ("min", "max"):
+            if k in meta:
+                entry[k] = meta[k]
+        if "choices" in meta:
+            entry["enum"] = list(meta["choices"])
+        out.append(entry)
+    return out
+
+
+def markdown_table() -> str:
+    rows = ["| Setting | Default | Allowed | Description |", "|---|---|---|---|"]
+    for e in schema():
+        rows.append(f"| `{e['name']}` | `{json.dumps(e['default'])}` | {e['allowed']} | "
+                    f"{e['description']} |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--markdown"]:
+        print(markdown_table())
+    else:  # --schema (default)
+        print(json.dumps(schema(), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

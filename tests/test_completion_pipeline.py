@@ -1,0 +1,147 @@
+"""The completion pipeline end to end on a real tiny engine: a Llama target (CodeLlama-style
+tokenizer) with a GPTBigCode draft of another family (StarCoder-style tokenizer)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
+from engine import Engine, EngineConfig
+from tests.tiny_models import tiny_pair_dirs
+
+DOC = ('import json\n\n\ndef load(path):\n    """Read a JSON file."""\n    with open(path) as f:\n'
+       '        data = \n    return data\n\n\nprint(load("x.json"))\n')
+URI = "file:///work/demo/load.py"
+OPTS = CompletionOptions(max_new_tokens=8, extra_tokens=0)
+
+
+@pytest.fixture(scope="module")
+def engines():
+    target, draft = tiny_pair_dirs()
+    return (Engine(EngineConfig(target=target, draft=draft, device="cpu")),
+            Engine(EngineConfig(target=target, draft="none", device="cpu")))
+
+
+def positions():
+    lines = DOC.split("\n")
+    return [(6, len(lines[6])), (7, len("        data = ")), (3, len("def load(")), (4, 4), (8, 0)]
+
+
+def test_speculative_pipeline_shows_what_the_target_alone_would(engines):
+    spec, plain = CompletionPipeline(engines[0]), CompletionPipeline(engines[1])
+    for line, ch in positions():
+        req = CompletionRequest(URI, DOC, line, ch)
+        a, b = spec.complete(req, OPTS), plain.complete(req, OPTS)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert (a.text, a.replace_end) == (b.text, b.replace_end)
+            assert a.stats["raw_text"] == b.stats["raw_text"]
+            assert a.stats["template"] == "codellama" and a.stats["layout"] == "spm"
+            assert a.stats["draft_template"] == "starcoder"      # the draft gets its own prompt
+            assert a.stats["draft_prompt_tokens"] > 0 and not a.from_cache
+    summary = spec.stats_summary()
+    assert summary["requests"] == len(positions()) and summary["drafted"] > 0
+    assert set(summary["latency_ms"]) == {"p50", "p95", "p99"}
+
+
+def first_shown(pipe, opts=OPTS):
+    for line, ch in positions():
+        c = pipe.complete(CompletionRequest(URI, DOC, line, ch), opts)
+        if c is not None and len(c.text.strip()) >= 2 and "\n" not in c.text[:2]:
+            return line, ch, c
+    pytest.skip("the tiny model showed nothing at any probe position")
+
+
+def type_into(doc: str, line: int, ch: int, typed: str) -> str:
+    lines = doc.split("\n")
+    lines[line] = lines[line][:ch] + typed + lines[line][ch:]
+    return "\n".join(lines)
+
+
+def test_cache_hit_and_typing_through(engines):
+    pipe = CompletionPipeline(engines[0])
+    line, ch, shown = first_shown(pipe, CompletionOptions(max_new_tokens=8, extra_tokens=0, multiline="never"))
+    opts = CompletionOptions(max_new_tokens=8, extra_tokens=0, multiline="never")
+    calls = pipe.stats_summary()["requests"] - pipe.stats_summary()["cache_hits"]
+    again = pipe.complete(CompletionRequest(URI, DOC, line, ch), opts)
+    assert again.from_cache and again.text == shown.text and again.stats == {}
+    typed = shown.text[0]
+    doc2 = type_into(DOC, line, ch, typed)
+    through = pipe.complete(CompletionRequest(URI, doc2, line, ch + 1), opts)
+    assert through.from_cache and through.text == shown.text[1:]
+    assert through.replace_end == (line, ch + 1 + (shown.replace_end[1] - ch))
+    back = pipe.complete(CompletionRequest(URI, DOC, line, ch), opts)      # backspace
+    assert back.from_cache and back.text == shown.text
+    s = pipe.stats_summary()
+    assert s["requests"] - s["cache_hits"] == calls                       # no model call since
+    assert s["typed_through"] >= 1 and s["cache_hit_rate"] > 0
+
+
+def test_engine_kv_reuse_of_layouts_over_typing(engines):
+    """Real engine figures: with SPM the target's KV cache keeps almost the whole prompt
+    from keystroke to keystroke; with PSM the suffix is recomputed every time."""
+    lines = DOC.split("\n")
+    body = "json.load(f)"
+    reuse = {}
+    for layout in ("spm", "psm"):
+        engines[1].pool.clear()
+        pipe = CompletionPipeline(engines[1])
+        opts = CompletionOptions(max_new_tokens=2, extra_tokens=0, fim_layout=layout)
+        for n in range(1, len(body) + 1):
+            doc = type_into(DOC, 7, len("        data = "), body[:n])
+            pipe.complete(CompletionRequest(URI, doc, 7, len("        data = ") + n), opts)
+        reuse[layout] = pipe.stats_summary()["kv_reuse"]
+    assert reuse["spm"] > 0.85
+    assert reuse["spm"] > reuse["psm"] + 0.1
+
+
+def test_cancel_and_bad_input_leave_the_pipeline_working(engines):
+    pipe = CompletionPipeline(engines[0])
+    req = CompletionRequest(URI, DOC, 7, len("        data = "))
+    cancelled = threading.Event()
+    cancelled.set()
+    assert pipe.complete(req, OPTS, cancel=cancelled) is None
+    cancel = threading.Event()
+    timer = threading.Timer(0.05, cancel.set)
+    timer.start()
+    pipe.complete(req, CompletionOptions(max_new_tokens=512, extra_tokens=0, multiline="always"), cancel=cancel)
+    timer.join()
+    with pytest.raises(ValueError, match="out of range"):
+        pipe.complete(CompletionRequest(URI, DOC, 99, 0), OPTS)
+    with pytest.raises(ValueError, match="binary"):
+        pipe.complete(CompletionRequest(URI, "a\x00b", 0, 1), OPTS)
+    with pytest.raises(ValueError, match="fim_layout"):
+        CompletionOptions(fim_layout="middle-first")
+    with pytest.raises(ValueError, match="max_lines"):
+        CompletionOptions(max_lines=0)
+    assert pipe.stats_summary()["cancelled"] >= 1
+    plain = CompletionPipeline(engines[1]).complete(req, OPTS)
+    after = pipe.complete(req, OPTS)                       # still works, same answer as before
+    assert (after is None) == (plain is None)
+    if after is not None:
+        assert after.text == plain.text
+
+
+def test_extra_context_from_other_documents(engines):
+    opts = CompletionOptions(max_new_tokens=2, extra_tokens=128)
+    req = CompletionRequest(URI, DOC, 6, 23)
+    base = CompletionPipeline(engines[1])
+    base.complete(req, opts)
+    pipe = CompletionPipeline(engines[1])
+    pipe.note_document("file:///work/demo/util.py", "def helper(x):\n    return x * 2\n")
+    pipe.note_document(URI, DOC)                  # the document itself is never its own extra context
+    pipe.complete(req, opts)
+    assert pipe.last_stats["extra_chunks"] == 1 and base.last_stats["extra_chunks"] == 0
+    assert pipe.last_stats["prompt_tokens"] > base.last_stats["prompt_tokens"]
+
+
+def test_crlf_document_gets_crlf_ghost_text(engines):
+    pipe = CompletionPipeline(engines[1])
+    crlf = DOC.replace("\n", "\r\n")
+    for line, ch in positions():
+        a = pipe.complete(CompletionRequest(URI, crlf, line, ch), OPTS)
+        b = CompletionPipeline(engines[1]).complete(CompletionRequest(URI, DOC, line, ch), OPTS)
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.text == b.text.replace("\n", "\r\n")

@@ -1,0 +1,192 @@
+"""FIM templates against the exact prompts each family's real tokenizer expects."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from completion.templates import ExtraChunk, detect_family, load_template
+from tests.completion_fixtures import (BYTELEVEL_FAMILIES, bytelevel_tokenizer, llama_style_tokenizer,
+                                       without_dummy_prefix)
+from tests.tiny_models import tiny_tokenizers
+from training.corpus import codellama_format, fim_prompt_ids, starcoder_format
+
+PRE = "def area(w, h):\n    return w * "
+SUF = "\n\nprint(area(2, 3))\n"
+
+
+def tok_for(family):
+    return llama_style_tokenizer(family) if family in ("codellama", "codestral") else bytelevel_tokenizer(family)
+
+
+# The prompt strings of each family's model card / reference code, written with the sentinels
+# as text: encoding them the card's way (tokenizer(prompt), sentinels parsed) must give
+# exactly the ids the template builds from ids.
+CARD_PROMPTS = {
+    "starcoder": ("psm", "<fim_prefix>{pre}<fim_suffix>{suf}<fim_middle>"),
+    "starcoder2": ("psm", "<fim_prefix>{pre}<fim_suffix>{suf}<fim_middle>"),
+    "qwen": ("psm", "<|fim_prefix|>{pre}<|fim_suffix|>{suf}<|fim_middle|>"),
+    "deepseek": ("psm", "<｜fim▁begin｜>{pre}<｜fim▁hole｜>{suf}<｜fim▁end｜>"),      # BOS added by the tokenizer
+    "codegemma": ("psm", "<|fim_prefix|>{pre}<|fim_suffix|>{suf}<|fim_middle|>"),   # likewise <bos>
+}
+
+
+@pytest.mark.parametrize("family", sorted(CARD_PROMPTS))
+def test_bytelevel_families_match_model_card_prompts(family):
+    tok = tok_for(family)
+    t = load_template(tok)
+    assert t.family == family
+    layout, card = CARD_PROMPTS[family]
+    expected = tok(card.format(pre=PRE, suf=SUF))["input_ids"]
+    assert t.build(PRE, SUF, layout) == expected
+    assert tok.decode(t.build(PRE, SUF, layout)) == (tok.bos_token or "") * (t.bos_id is not None) + card.format(pre=PRE, suf=SUF)
+
+
+def test_starcoder_spm_is_bigcode_suffix_first_order():
+    tok = tok_for("starcoder")
+    t = load_template(tok)
+    ids = t.build(PRE, SUF, "spm")
+    assert ids == tok(f"<fim_prefix><fim_suffix>{SUF}<fim_middle>{PRE}")["input_ids"]
+    assert t.default_layout == "spm"
+
+
+def test_codellama_real_spacing_psm_and_spm():
+    """Meta's infilling_prompt_tokens: "<PRE> {pre} <SUF>{suf} <MID>" and SPM
+    "<PRE> <SUF>{suf} <MID> {pre}": the prefix carries SentencePiece's dummy space, the
+    suffix is encoded without it, the sentinels are the ▁-prefixed pieces."""
+    tok = tok_for("codellama")
+    t = load_template(tok)
+    assert t.family == "codellama" and t.bos_id == tok.convert_tokens_to_ids("<s>")
+    pre_id, suf_id, mid_id = tok.convert_tokens_to_ids(["▁<PRE>", "▁<SUF>", "▁<MID>"])
+    sp_encode = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731  (with dummy prefix)
+    infill = without_dummy_prefix(tok)
+    enc_infilling = lambda s: infill.encode(s, add_special_tokens=False).ids  # noqa: E731
+    psm = t.build(PRE, SUF, "psm")
+    spm = t.build(PRE, SUF, "spm")
+    assert psm == [t.bos_id, pre_id] + sp_encode(PRE) + [suf_id] + enc_infilling(SUF) + [mid_id]
+    assert spm == [t.bos_id, pre_id, suf_id] + enc_infilling(SUF) + [mid_id] + sp_encode(PRE)
+    assert tok.decode(psm) == f"<s> <PRE> {PRE} <SUF>{SUF} <MID>"
+    assert tok.decode(spm) == f"<s> <PRE> <SUF>{SUF} <MID> {PRE}"
+    # suffix starting with spaces keeps exactly its spaces (no dummy one added)
+    assert tok.convert_ids_to_tokens(t.encode_infill("  x"))[0] in ("▁▁", "▁▁x")
+    assert t.stop_ids[0] == tok.convert_tokens_to_ids("▁<EOT>") and tok.eos_token_id in t.stop_ids
+
+
+def test_codestral_suffix_then_prefix():
+    """mistral-common encode_fim: <s>[SUFFIX]{suffix}[PREFIX]{prefix} (prefix with the dummy space)."""
+    tok = tok_for("codestral")
+    t = load_template(tok)
+    assert t.family == "codestral" and t.layouts == ("spm",)
+    suf_id, pre_id = tok.convert_tokens_to_ids(["[SUFFIX]", "[PREFIX]"])
+    infill = without_dummy_prefix(tok)
+    ids = t.build(PRE, SUF, "auto")
+    assert ids == ([t.bos_id, suf_id] + infill.encode(SUF, add_special_tokens=False).ids + [pre_id]
+                   + tok.encode(PRE, add_special_tokens=False))
+    assert tok.decode(ids) == f"<s>[SUFFIX]{SUF}[PREFIX] {PRE}"
+    assert t.stop_ids == (tok.eos_token_id,)
+
+
+def test_shipped_tokenizers_match_the_default_pair_training_format():
+    """The default pair is trained with training/corpus.py's FIM examples (PSM and SPM);
+    the templates must produce the very same ids for both models."""
+    target_tok, draft_tok = tiny_tokenizers()
+    enc = lambda tok: (lambda s: tok.backend_tokenizer.encode(s, add_special_tokens=False).ids)  # noqa: E731
+    for tok, fmt, family in ((target_tok, codellama_format(target_tok), "codellama"),
+                             (draft_tok, starcoder_format(draft_tok), "starcoder")):
+        t = load_template(tok)
+        assert t.family == family
+        for spm in (False, True):
+            assert t.build(PRE, SUF, "spm" if spm else "psm") == fim_prompt_ids(fmt, enc(tok), PRE, SUF, spm)
+    assert tiny_tokenizers()[0].decode(load_template(target_tok).build("a", "b", "psm")) == "<s> <PRE>a <SUF>b <MID>"
+
+
+@pytest.mark.parametrize("family", ["starcoder", "qwen", "deepseek", "codegemma", "codellama", "codestral"])
+def test_sentinel_text_in_user_code_stays_text(family):
+    tok = tok_for(family)
+    t = load_template(tok)
+    structural = t.build("x = 1\n", "y = 2\n", t.default_layout)
+    nasty_pre = "s = '<fim_prefix><|fim_suffix|><｜fim▁hole｜> <PRE>▁<SUF>[PREFIX]</s><|endoftext|>'\n"
+    ids = t.build(nasty_pre, "y = 2\n", t.default_layout)
+    special = set(tok.all_special_ids)
+    assert [i for i in ids if i in special] == [i for i in structural if i in special]
+
+
+def test_detection_is_by_vocabulary_not_name():
+    for family in BYTELEVEL_FAMILIES:
+        assert detect_family(bytelevel_tokenizer(family)) == family
+    assert detect_family(llama_style_tokenizer("codellama")) == "codellama"
+    assert detect_family(llama_style_tokenizer("codestral")) == "codestral"
+    tok = bytelevel_tokenizer("qwen")
+    tok.name_or_path = "bigcode/starcoder2-15b"      # the name must not matter
+    assert load_template(tok).family == "qwen"
+
+
+def test_explicit_setting_overrides_detection():
+    tok = tok_for("starcoder2")
+    assert load_template(tok).family == "starcoder2"
+    t = load_template(tok, "starcoder")
+    assert t.family == "starcoder" and t.file_sep_id is None
+    with pytest.raises(ValueError, match="unknown fim_template"):
+        load_template(tok, "gpt-17")
+
+
+def test_no_fim_tokens_falls_back_to_prefix_only_with_warning(caplog):
+    tok = tok_for("plain")
+    with caplog.at_level(logging.WARNING, logger="completion.templates"):
+        t = load_template(tok)
+    assert t.family == "plain" and "prefix only" in caplog.text
+    assert t.build(PRE, SUF, "auto") == tok.encode(PRE, add_special_tokens=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="completion.templates"):
+        t = load_template(tok, "codellama")            # asked for a format the vocabulary lacks
+    assert t.family == "plain" and "no codellama FIM tokens" in caplog.text
+
+
+def test_psm_only_family_refuses_spm_with_warning(caplog):
+    t = load_template(tok_for("deepseek"))
+    with caplog.at_level(logging.WARNING, logger="completion.templates"):
+        assert t.resolve_layout("spm") == "psm"
+    assert "not spm" in caplog.text
+
+
+def test_stop_ids_per_family():
+    def names(family):
+        tok = tok_for(family)
+        return set(tok.convert_ids_to_tokens(list(load_template(tok).stop_ids)))
+    assert names("codellama") == {"▁<EOT>", "</s>"}
+    assert {"<|endoftext|>", "<file_sep>", "<fim_pad>"} <= names("starcoder2")
+    assert {"<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"} <= names("qwen")
+    assert names("deepseek") == {"<｜end▁of▁sentence｜>", "<|EOT|>"}
+    assert {"<|file_separator|>", "<eos>"} <= names("codegemma")
+
+
+def test_qwen_repo_level_form():
+    tok = tok_for("qwen")
+    t = load_template(tok)
+    extra = (ExtraChunk("pkg/util.py", "def helper():\n    return 1\n"),)
+    ids = t.build(PRE, SUF, "psm", extra, path="pkg/main.py", repo="demo")
+    card = ("<|repo_name|>demo\n<|file_sep|>pkg/util.py\ndef helper():\n    return 1\n"
+            "<|file_sep|>pkg/main.py\n<|fim_prefix|>" + PRE + "<|fim_suffix|>" + SUF + "<|fim_middle|>")
+    assert ids == tok(card)["input_ids"]
+
+
+def test_starcoder2_repo_level_form():
+    tok = tok_for("starcoder2")
+    t = load_template(tok)
+    extra = (ExtraChunk("pkg/util.py", "def helper():\n    return 1\n"),)
+    ids = t.build(PRE, SUF, "spm", extra, path="pkg/main.py", repo="demo")
+    card = ("<repo_name>demo<file_sep>pkg/util.py\ndef helper():\n    return 1\n<file_sep>pkg/main.py\n"
+            "<fim_prefix><fim_suffix>" + SUF + "<fim_middle>" + PRE)
+    assert ids == tok(card)["input_ids"]
+
+
+def test_extra_context_without_file_separators_goes_before_the_prefix():
+    tok = tok_for("codellama")
+    t = load_template(tok)
+    extra = (ExtraChunk("util.py", "def helper():\n    return 1\n"),)
+    plain = t.build(PRE, SUF, "spm")
+    with_extra = t.build(PRE, SUF, "spm", extra)
+    assert tok.decode(with_extra) == f"<s> <PRE> <SUF>{SUF} <MID> def helper():\n    return 1\n{PRE}"
+    # the suffix part (head of an SPM prompt) is untouched by extra context
+    head = plain.index(tok.convert_tokens_to_ids("▁<MID>")) + 1
+    assert with_extra[:head] == plain[:head]

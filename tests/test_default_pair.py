@@ -1,0 +1,129 @@
+"""The shipped default pair (engine/default_pair): loads offline, has the promised tokenizers and
+sizes, and through the engine gives target-identical greedy output and real FIM completions on
+code it never saw (pygls and huggingface_hub are held out of its training corpus)."""
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+PAIR = Path(__file__).resolve().parents[1] / "engine" / "default_pair"
+MAX_SHIPPED_BYTES = 40 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def offline():
+    old = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def pair(offline):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    loaded = {}
+    for role in ("target", "draft"):
+        tok = AutoTokenizer.from_pretrained(PAIR / role, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(PAIR / role, local_files_only=True,
+                                                     dtype=torch.float32).eval()
+        loaded[role] = (tok, model)
+    return loaded
+
+
+def held_out_snippets() -> list[str]:
+    """Source of held-out packages, cut at a line end in the middle of a function body."""
+    import huggingface_hub.utils._paths as hf_paths
+    import pygls.workspace.text_document as text_document
+    import pygls.uris as uris
+    out = []
+    for module in (uris, text_document, hf_paths):
+        lines = inspect.getsource(module).splitlines(keepends=True)
+        body = [i for i, line in enumerate(lines) if line.startswith("        ") and i > 20]
+        cut = body[len(body) // 3]
+        out.append("".join(lines[max(0, cut - 40):cut]))
+    return out
+
+
+def test_pair_loads_offline_with_the_promised_architectures(pair):
+    target_tok, target = pair["target"]
+    draft_tok, draft = pair["draft"]
+    assert target.config.model_type == "llama"
+    assert draft.config.model_type == "gpt_bigcode" and draft.config.multi_query
+    assert target.get_input_embeddings().num_embeddings >= len(target_tok)
+    assert draft.get_input_embeddings().num_embeddings >= len(draft_tok)
+
+
+def test_tokenizers_have_the_fim_sentinels_and_differ(pair):
+    target_tok, draft_tok = pair["target"][0], pair["draft"][0]
+    tv, dv = target_tok.get_vocab(), draft_tok.get_vocab()
+    for s in ("▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>", "<s>", "</s>", "<0xE4>"):
+        assert s in tv, s
+    for s in ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>"):
+        assert s in dv, s
+    assert tv != dv and len(tv) != len(dv)
+    text = "def f(x):\n        return x  # naïve 中文\n"
+    assert target_tok.decode(target_tok(text, add_special_tokens=False).input_ids) == text
+    assert draft_tok.decode(draft_tok(text).input_ids) == text
+    assert target_tok.convert_ids_to_tokens(target_tok(text).input_ids)[0] == "<s>"
+
+
+def test_sizes(pair):
+    n_target = sum(p.numel() for p in pair["target"][1].parameters())
+    n_draft = sum(p.numel() for p in pair["draft"][1].parameters())
+    assert n_target / n_draft >= 8
+    shipped = sum(f.stat().st_size for f in PAIR.rglob("*") if f.is_file())
+    assert shipped <= MAX_SHIPPED_BYTES
+
+
+@pytest.fixture(scope="module")
+def engines(offline):
+    from engine import Engine, EngineConfig
+    return (Engine(EngineConfig(target="default", draft="default", device="cpu")),
+            Engine(EngineConfig(target="default", draft="none", device="cpu")))
+
+
+def test_speculative_greedy_equals_target_alone_on_held_out_code(engines):
+    from engine import GenerationSettings
+    spec, alone = engines
+    ttok, dtok = spec.target.tokenizer, spec.draft.tokenizer
+    stop = (ttok.eos_token_id,)
+    drafted = accepted = 0
+    for snippet in held_out_snippets():
+        target_ids = ttok(snippet).input_ids
+        draft_ids = dtok(snippet).input_ids
+        settings = GenerationSettings(max_new_tokens=40)
+        a = spec.generate(target_ids, draft_ids, settings=settings, stop_ids=stop)
+        b = alone.generate(target_ids, settings=settings, stop_ids=stop)
+        assert a.token_ids == b.token_ids
+        assert a.text == b.text and a.text
+        drafted += a.stats.drafted
+        accepted += a.stats.accepted
+    assert drafted > 0 and accepted > 0   # the draft really proposed and was sometimes right
+
+
+def test_fim_request_on_held_out_snippet_returns_code(engines):
+    from engine import GenerationSettings
+    from training.corpus import codellama_fim_end, codellama_format, fim_prompt_ids, starcoder_format
+    spec, _ = engines
+    ttok, dtok = spec.target.tokenizer, spec.draft.tokenizer
+    snippet = held_out_snippets()[1]
+    lines = snippet.splitlines(keepends=True)
+    k = max(i for i, line in enumerate(lines) if line.strip())
+    prefix, suffix = "".join(lines[:k]), "".join(lines[k:])
+    enc_t = lambda s: ttok(s, add_special_tokens=False).input_ids  # noqa: E731
+    enc_d = lambda s: dtok(s, add_special_tokens=False).input_ids  # noqa: E731
+    target_ids = fim_prompt_ids(codellama_format(ttok), enc_t, prefix, suffix, spm=False)
+    draft_ids = fim_prompt_ids(starcoder_format(dtok), enc_d, prefix, suffix, spm=False)
+    stop = (codellama_fim_end(ttok), ttok.eos_token_id)
+    result = spec.generate(target_ids, draft_ids, settings=GenerationSettings(max_new_tokens=32),
+                           stop_ids=stop)
+    assert result.text.strip()
+    assert "<PRE>" not in result.text and "<SUF>" not in result.text

@@ -1,0 +1,71 @@
+"""KV sessions: logits after reuse equal a fresh forward, for every cache layout."""
+import pytest
+import torch
+
+from engine import ContextTooLong, KVPool, KVSession
+from tiny_models import tiny_model
+
+VOCAB = 300
+
+
+def _fresh(model, ids, n):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -n:].float()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2", "bigcode"])
+def test_reuse_matches_fresh_forward(kind):
+    model = tiny_model(kind, VOCAB)
+    session = KVSession(model, max_tokens=512)
+    g = torch.Generator().manual_seed(0)
+    doc = torch.randint(0, VOCAB, (80,), generator=g).tolist()
+    edits = {
+        "first": doc,
+        "append": doc + [5, 6, 7],
+        "delete at end": doc[:60],
+        "edit in the middle": doc[:30] + [9, 9] + doc[31:70],
+        "delete in the middle": doc[:20] + doc[25:50],
+        "same again": doc[:20] + doc[25:50],
+        "unrelated": [1, 2, 3, 4],
+    }
+    with torch.no_grad():
+        for name, ids in edits.items():
+            before = list(session.ids)
+            got = session.advance(ids, n_logits=3)
+            torch.testing.assert_close(got, _fresh(model, ids, 3), atol=1e-4, rtol=1e-4, msg=name)
+            assert session.ids == ids
+            # Only the part after the common prefix was computed (at least the last 3).
+            common = 0
+            while common < min(len(before), len(ids)) and before[common] == ids[common]:
+                common += 1
+            assert session.forward_calls >= 1
+
+
+def test_pool_switches_between_documents_without_losing_either():
+    model = tiny_model("llama", VOCAB)
+    pool = KVPool(model, max_sessions=2, max_tokens=512)
+    a = list(range(10, 70))
+    b = list(range(100, 160))
+    with torch.no_grad():
+        sa = pool.session_for(a)
+        sa.advance(a)
+        sb = pool.session_for(b)
+        assert sb is not sa  # the other document keeps its cache
+        sb.advance(b)
+        a2 = a + [1, 2]
+        s = pool.session_for(a2)
+        assert s is sa
+        reused, computed = s.sync(a2)
+        assert (reused, computed) == (60, 2)
+        torch.testing.assert_close(s.advance(a2 + [3]), _fresh(model, a2 + [3], 1), atol=1e-4, rtol=1e-4)
+        # A third document evicts the least recently used (b), memory stays bounded.
+        c = list(range(200, 230))
+        sc = pool.session_for(c)
+        assert sc is sb and len(pool.sessions) == 2
+
+
+def test_session_refuses_more_than_its_budget():
+    model = tiny_model("gpt2", VOCAB)
+    session = KVSession(model, max_tokens=16)
+    with torch.no_grad(), pytest.raises(ContextTooLong):
+        session.advance(list(range(20)))

@@ -1,0 +1,89 @@
+"""Greedy speculative output == target-alone greedy output, token for token, for every drafter."""
+import pytest
+
+from engine import Engine, EngineConfig, GenerationSettings
+from tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
+
+CODE = [
+    "def add(a, b):\n    return",
+    "import os\nimport sys\n\n\ndef main(argv):\n    ",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.",
+    "for i in range(10):\n\tprint(i)\n\t",
+    "if x:\r\n    y = 1\r\nelse:\r\n    y =",
+    "value = compute()   \n   ",
+    "",
+    "x",
+    "(",
+    "\n",
+    "    ",
+    "# 你好，世界\ndef greet():\n    return '你",
+    "emoji = '😀🎉' + ",
+    "name = 'Ame\u0301lie'  # combining accent\n",
+    "s = \"<fim_prefix> <PRE> ▁<MID>\"\n",
+    "\t\tif not isinstance(s, str):\n\t\t\traise TypeError(",
+    "try:\n    pass\nexcept Exception as e:\n    ",
+    "@dataclass\nclass Config:\n    name: str\n    size: int = ",
+    "with open(path) as f:\n    for line in f:\n        ",
+    "    def __repr__(self):\n        return f'",
+    "x = [1, 2, 3]\ny = {k: v for k, v in ",
+    "return self._parse(s, idx=",
+    "\"\"\"Docstring.\"\"\"\n\n",
+    "lambda x: x *",
+    "a = b if c else ",
+]
+# The same prompts with trailing variations make at least 50.
+PROMPTS = CODE + [p + " " for p in CODE]
+assert len(PROMPTS) >= 50
+
+MAX_NEW = 16
+
+
+@pytest.fixture(scope="module")
+def engines():
+    target_dir, draft_dir = tiny_pair_dirs()
+    base = Engine(EngineConfig(target=target_dir, draft="none"))
+    others = {
+        "ngram": Engine(EngineConfig(target=target_dir, draft="ngram")),
+        "same-tokenizer": Engine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
+        "other-tokenizer": Engine(EngineConfig(target=target_dir, draft=draft_dir)),
+    }
+    return base, others
+
+
+def _ids(loaded, text):
+    bos = loaded.tokenizer.bos_token_id
+    return ([bos] if bos is not None else []) + loaded.vocab.encode_text(text)
+
+
+def test_drafters_are_the_kinds_asked_for(engines):
+    _, others = engines
+    assert {k: e.drafter.kind for k, e in others.items()} == {
+        "ngram": "ngram", "same-tokenizer": "model", "other-tokenizer": "text"}
+
+
+@pytest.mark.parametrize("draft_length", ["auto", 3])
+def test_greedy_speculative_equals_target_alone(engines, draft_length):
+    base, others = engines
+    settings = GenerationSettings(max_new_tokens=MAX_NEW, draft_length=draft_length)
+    accepted = {k: 0 for k in others}
+    for prompt in PROMPTS:
+        t_ids = _ids(base.target, prompt)
+        expected = base.generate(t_ids, settings=settings)
+        for name, eng in others.items():
+            d_ids = _ids(eng.draft, prompt) if eng.draft is not None else None
+            got = eng.generate(t_ids, d_ids, settings=settings)
+            assert got.token_ids == expected.token_ids, (name, prompt)
+            assert got.text == expected.text
+            accepted[name] += got.stats.accepted
+    # Each drafter really drafted something the target took (the test exercises acceptance).
+    assert all(n > 0 for n in accepted.values()), accepted
+
+
+def test_speculation_saves_target_calls(engines):
+    base, others = engines
+    prompt = _ids(base.target, CODE[2])
+    plain = base.generate(prompt, settings=GenerationSettings(max_new_tokens=32))
+    spec = others["same-tokenizer"].generate(prompt, settings=GenerationSettings(max_new_tokens=32))
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.target_calls < plain.stats.target_calls
+    assert spec.stats.tokens_per_target_call > 1.0

@@ -1,0 +1,123 @@
+"""Stops, budgets, cancellation, adaptive draft length and the token <-> bytes layer."""
+import random
+import threading
+
+import pytest
+
+from engine import DraftLength, Engine, EngineConfig, GenerationSettings
+from engine.vocab import build_vocab
+from tiny_models import code_corpus, tiny_pair_dirs, tiny_tokenizers
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target_dir, draft_dir = tiny_pair_dirs()
+    return Engine(EngineConfig(target=target_dir, draft=draft_dir))
+
+
+def _prompts(engine, text):
+    t = engine.target
+    return [t.tokenizer.bos_token_id] + t.vocab.encode_text(text), engine.draft.vocab.encode_text(text)
+
+
+def test_stop_string_across_token_boundaries(pair):
+    t_ids, d_ids = _prompts(pair, "def main(argv):\n    ")
+    full = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=40))
+    assert len(full.text) > 12
+    # A stop string that starts inside one token and ends inside another.
+    stop = full.text[5:11]
+    got = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=40, stop_strings=(stop,)))
+    assert got.stop_reason == "stop_string"
+    assert got.text == full.text[:full.text.find(stop)]
+
+
+def test_stop_ids_end_the_completion_before_the_stop_token(pair):
+    t_ids, d_ids = _prompts(pair, "class A:\n    def f(self):\n        ")
+    full = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=30))
+    stop_tok = full.token_ids[7]
+    got = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=30), stop_ids=[stop_tok])
+    first = full.token_ids.index(stop_tok)
+    assert got.token_ids == full.token_ids[:first]
+    assert got.stop_reason == "eos"
+
+
+def test_max_new_tokens_and_time_budget(pair):
+    t_ids, d_ids = _prompts(pair, "import os\n")
+    got = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=5))
+    assert len(got.token_ids) == 5 and got.stop_reason == "max_tokens"
+    got = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=500, time_budget_ms=1e-6))
+    assert got.stop_reason == "time_budget" and len(got.token_ids) < 500
+
+
+class CancelAfter(threading.Event):
+    """A real Event that sets itself when checked for the n-th time (a deterministic
+    stand-in for the user typing on mid-decode)."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def is_set(self):
+        self.n -= 1
+        if self.n <= 0:
+            self.set()
+        return super().is_set()
+
+
+def test_cancellation_stops_within_one_step(pair):
+    t_ids, d_ids = _prompts(pair, "def f(x):\n    ")
+    got = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=200), cancel=CancelAfter(3))
+    assert got.stop_reason == "cancelled"
+    assert got.stats.rounds == 2  # checked before every round: two ran, the third never started
+    # The engine stays usable and its caches serve the next request.
+    again = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=8))
+    assert again.stats.reused_tokens > 0 and again.stop_reason == "max_tokens"
+
+
+def test_cancel_from_another_thread(pair):
+    t_ids, d_ids = _prompts(pair, "for i in range(3):\n    ")
+    cancel = threading.Event()
+    timer = threading.Timer(0.05, cancel.set)
+    timer.start()
+    got = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=2000), cancel=cancel)
+    timer.cancel()
+    assert got.stop_reason in ("cancelled", "eos")
+
+
+def test_auto_draft_length_adapts_and_persists():
+    dl = DraftLength(k=4)
+    dl.update(drafted=4, accepted=4)
+    assert dl.k == 6
+    dl.update(drafted=6, accepted=2)
+    assert dl.k == 5
+    for _ in range(20):
+        dl.update(drafted=dl.k, accepted=dl.k)
+    assert dl.k == 16
+    for _ in range(30):
+        dl.update(drafted=dl.k, accepted=0)
+    assert dl.k == 1
+
+
+def test_engine_keeps_draft_length_between_requests(pair):
+    t_ids, d_ids = _prompts(pair, "x = 1\n")
+    first = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=20))
+    assert pair.draft_length.k == first.stats.final_draft_length
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_continuation_encoding_round_trips_bytes(which):
+    """Text split at any byte: the continuation ids carry exactly the remaining bytes,
+    and special-token text stays text (no sentinel is inserted or lost)."""
+    tok = tiny_tokenizers()[which]
+    vocab = build_vocab(tok)
+    text = ("def f(x):\n        return x  # 你好 😀\r\n\tpass <fim_prefix> <PRE> </s>\n"
+            + code_corpus()[0][:400])
+    data = text.encode("utf-8")
+    rng = random.Random(0)
+    cuts = [c for c in range(1, len(data) - 1) if not 0x80 <= data[c] < 0xC0]  # not inside a char
+    for cut in sorted(rng.sample(cuts, 60)):
+        context = vocab.encode_text(data[:cut].decode("utf-8", errors="ignore"))
+        ids, leftover = vocab.encode_continuation(context, data[cut:])
+        assert not set(ids) & vocab.special_ids
+        assert ids and vocab.bytes_of(ids) + leftover == data[cut:]
+    assert vocab.bytes_of(vocab.encode_text(text)) == text.encode("utf-8")

@@ -1,0 +1,89 @@
+"""`specfill complete` and `specfill serve` as processes (through engine/cli.py's dispatch),
+with the real tiny model pair."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pytest_lsp import make_test_lsp_client
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from lsp_helpers import ROOT, SERVER_ENV, init_params, reference, tiny_pair  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+SPECFILL = [sys.executable, "-m", "engine.cli"]
+SOURCE = "import os\n\n\ndef walk(root):\n    for name in os.listdir(root):\n        \n"
+AT = (6, 9)   # 1-based: the empty indented line
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SPECFILL, *args], capture_output=True, text=True, env=SERVER_ENV,
+                          cwd=ROOT, timeout=240)
+
+
+def model_args() -> list[str]:
+    target, draft = tiny_pair()
+    # the same settings as tests/lsp_helpers.tiny_options, so `reference` applies
+    return ["--target", target, "--draft", draft, "--device", "cpu", "--dtype", "float32",
+            "--set", "extraTokens=0", "--max-new-tokens", "24"]
+
+
+@pytest.fixture(scope="module")
+def source_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "walk.py"
+    path.write_text(SOURCE)
+    return path
+
+
+def test_complete_prints_what_the_server_pipeline_gives(source_file):
+    line, col = AT
+    expected = reference(source_file.resolve().as_uri(), SOURCE, line - 1, col - 1, maxNewTokens=24)
+    assert expected, "the tiny pair should complete here"
+    done = run("complete", f"{source_file}:{line}:{col}", *model_args(), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["text"] == expected
+    assert out["stats"]["new_tokens"] >= 1 and "latency_ms" in out["stats"]
+    plain = run("complete", f"{source_file}:{line}:{col}", *model_args())
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.rstrip("\n") == expected.rstrip("\n")
+
+
+@pytest.mark.parametrize("location, message", [
+    ("{file}:99:1", "has 6 lines"),
+    ("{file}:1:200", "asked for column 200"),
+    ("{file}:0:1", "1-based"),
+    ("/no/such/file.py:1:1", "cannot read"),
+])
+def test_complete_rejects_bad_locations_clearly(source_file, location, message):
+    done = run("complete", location.format(file=source_file), *model_args())
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_complete_rejects_bad_settings_and_models_clearly(source_file):
+    done = run("complete", f"{source_file}:1:1", "--draft-length", "40")
+    assert done.returncode == 2 and "draftLength" in done.stderr and "1-16" in done.stderr
+    done = run("complete", f"{source_file}:1:1", "--target", "/no/such/model", "--draft", "none")
+    assert done.returncode == 2 and "/no/such/model" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.asyncio
+async def test_specfill_serve_speaks_lsp_on_stdout_only():
+    client = make_test_lsp_client()
+    await client.start_io(*SPECFILL, "serve", env=SERVER_ENV)
+    try:
+        result = await client.initialize_session(init_params({"enable": False}))
+        assert result.capabilities.inline_completion_provider is not None
+        reply = await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="specfill.stats"))
+        assert reply["settings"]["enable"] is False and reply["models"]["loaded"] is False
+        await client.shutdown_session()
+        assert client._server.returncode == 0
+    finally:
+        await client.stop()

@@ -1,0 +1,258 @@
+"""The real specfill server process over stdio, driven by pytest-lsp, with a real tiny model pair
+(tests/tiny_models.py). One server for the module; the tests run in order and share it, so each
+one asserts on the change it makes."""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pygls.exceptions import JsonRpcRequestCancelled
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, ended_loads, init_params,  # noqa: E402
+                         inline, inline_params, items, open_doc, push_settings, reference,
+                         stats, tiny_options, wait_loaded, wait_until)
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+
+DOC = ("import json\n\n\n"
+       "def load(path):\n"
+       "    # read the file 😋 at path\n"
+       "    with open(path) as f:\n"
+       "        return json.\n\n\n"
+       "def save(path, data):\n"
+       "    \n")
+PULLED = {"maxNewTokens": 24}   # what the client answers to workspace/configuration
+
+
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND,
+                                                                server_env=SERVER_ENV))
+async def client(lsp_client: LanguageClient):
+    lsp_client.set_configuration(dict(PULLED), section="specfill")
+    lsp_client.init_result = await lsp_client.initialize_session(init_params(tiny_options()))
+    yield
+    await lsp_client.shutdown_session()
+
+
+def ref(uri: str, text: str, line: int, character: int, **settings) -> str:
+    return reference(uri, text, line, character, **{**PULLED, **settings})
+
+
+async def test_capabilities_advertise_inline_completion_and_incremental_sync(client):
+    caps = client.init_result.capabilities
+    assert caps.inline_completion_provider is not None
+    assert caps.completion_provider is not None
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    assert set(caps.execute_command_provider.commands) >= {"specfill.stats", "specfill.reload"}
+    assert caps.position_encoding == types.PositionEncodingKind.Utf16
+    assert client.init_result.server_info.name == "specfill"
+
+
+async def test_request_while_models_load_gets_an_empty_result(client):
+    open_doc(client, "file:///early.py", "def f(x):\n    return ")
+    result = await inline(client, "file:///early.py", 1, 11)
+    assert items(result) == []
+    assert (await stats(client))["server"]["while_loading"] == 1
+
+
+async def test_model_loading_reports_work_done_progress(client):
+    message = await wait_loaded(client)
+    assert message.startswith("ready")
+    [token] = client.progress_reports
+    begin = client.progress_reports[token][0]
+    assert isinstance(begin, types.WorkDoneProgressBegin) and "loading" in begin.message
+
+
+async def test_pulled_configuration_and_initialization_options_are_in_force(client):
+    s = await stats(client)
+    assert s["settings"]["maxNewTokens"] == PULLED["maxNewTokens"]          # workspace/configuration
+    assert s["settings"]["targetModel"] == tiny_options()["targetModel"]   # initializationOptions
+    assert s["models"]["loaded"] and not s["models"]["loading"]
+
+
+async def test_inline_completion_equals_the_pipeline_at_a_non_ascii_position(client):
+    uri = "file:///work/doc.py"
+    open_doc(client, uri, DOC)
+    line = 4
+    col = DOC.splitlines()[line].index("at path")          # after the emoji: codepoints
+    utf16_col = col + 1                                     # the emoji is 2 utf-16 units
+    expected = ref(uri, DOC, line, col)
+    assert expected, "the tiny pair should complete here"
+    [item] = items(await inline(client, uri, line, utf16_col))
+    assert item.insert_text == expected
+    assert item.range.start == types.Position(line=line, character=utf16_col)
+    s = await stats(client)
+    assert s["server"]["completions"] >= 1 and s["pipeline"]["requests"] >= 1
+
+
+async def test_completion_request_fallback_offers_the_same_text(client):
+    line, col = 6, len("        return json.")
+    expected = ref("file:///work/doc.py", DOC, line, col)
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri="file:///work/doc.py"),
+        position=types.Position(line=line, character=col)))
+    got = [i.insert_text for i in result.items]
+    assert got == ([expected] if expected else [])
+
+
+async def test_incremental_changes_are_applied_before_completing(client):
+    uri = "file:///work/edit.py"
+    open_doc(client, uri, "def f(a, b):\n    \n")
+    change_doc(client, uri, 2, (1, 4), (1, 4), "total = a")      # type on the empty line
+    change_doc(client, uri, 3, (0, 4), (0, 5), "add")            # rename f -> add
+    text = "def add(a, b):\n    total = a\n"
+    [item] = items(await inline(client, uri, 1, 13)) or [None]
+    assert (item.insert_text if item else "") == ref(uri, text, 1, 13)
+
+
+async def test_pushed_settings_apply_and_invalid_ones_are_refused_with_a_message(client):
+    push_settings(client, {"maxNewTokens": 8})
+    await wait_until(lambda: True)
+    await wait_for_setting(client, "maxNewTokens", 8)
+    before = len(client.messages)
+    push_settings(client, {"draftLength": 99, "maxNewTokens": 5})
+    await wait_until(lambda: len(client.messages) > before, 30, "showMessage")
+    msg = client.messages[-1]
+    assert msg.type == types.MessageType.Error
+    assert "draftLength" in msg.message and "99" in msg.message
+    s = await stats(client)
+    assert s["settings"]["maxNewTokens"] == 8 and s["settings"]["draftLength"] == "auto"
+    # still serving
+    assert items(await inline(client, "file:///work/doc.py", 6, 20)) is not None
+
+
+async def test_a_push_without_values_makes_the_server_pull(client):
+    client.set_configuration({"maxNewTokens": 12}, section="specfill")
+    push_settings(client, None)
+    await wait_for_setting(client, "maxNewTokens", 12)
+    client.set_configuration(dict(PULLED), section="specfill")
+    push_settings(client, dict(PULLED))
+    await wait_for_setting(client, "maxNewTokens", PULLED["maxNewTokens"])
+
+
+async def test_a_newer_request_for_the_document_supersedes_the_one_in_flight(client):
+    push_settings(client, {"debounceMs": 400})
+    await wait_for_setting(client, "debounceMs", 400)
+    uri = "file:///work/super.py"
+    text = "def area(r):\n    return \n"
+    open_doc(client, uri, text)
+    superseded = (await stats(client))["server"]["superseded"]
+    first = asyncio.ensure_future(inline(client, uri, 1, 11))
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(inline(client, uri, 1, 11))
+    first_result, second_result = await asyncio.gather(first, second)
+    assert items(first_result) == []                        # answered, but empty
+    assert [i.insert_text for i in items(second_result)] == [t for t in [ref(uri, text, 1, 11)] if t]
+    assert (await stats(client))["server"]["superseded"] == superseded + 1
+    push_settings(client, {"debounceMs": 0})
+    await wait_for_setting(client, "debounceMs", 0)
+
+
+async def test_cancel_request_during_debounce_answers_request_cancelled(client):
+    push_settings(client, {"debounceMs": 3000})
+    await wait_for_setting(client, "debounceMs", 3000)
+    cancelled = (await stats(client))["server"]["cancelled"]
+    fut = asyncio.ensure_future(client.protocol.send_request_async(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params("file:///work/doc.py", 6, 20),
+        msg_id="cancel-me-1"))
+    await asyncio.sleep(0.2)
+    client.cancel_request(types.CancelParams(id="cancel-me-1"))
+    with pytest.raises(JsonRpcRequestCancelled):
+        await fut
+    s = await stats(client)
+    assert s["server"]["cancelled"] == cancelled + 1 and s["inflight"] == 0
+    push_settings(client, {"debounceMs": 0})
+    await wait_for_setting(client, "debounceMs", 0)
+
+
+async def test_cancel_request_stops_a_running_decode(client):
+    push_settings(client, {"maxNewTokens": 1024, "multiline": "always", "maxLines": 200})
+    await wait_for_setting(client, "maxNewTokens", 1024)
+    uri = "file:///work/long.py"
+    text = LONG_DOC
+    open_doc(client, uri, text)
+    before = await stats(client)
+    fut = asyncio.ensure_future(client.protocol.send_request_async(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, *LONG_AT), msg_id="cancel-me-2"))
+    # Wait until the worker has started decoding this request, then cancel it.
+    jobs = before["server"]["decode_jobs"]
+    while (await stats(client))["server"]["decode_jobs"] == jobs:
+        await asyncio.sleep(0.01)
+    client.cancel_request(types.CancelParams(id="cancel-me-2"))
+    with pytest.raises(JsonRpcRequestCancelled):
+        await fut
+    await wait_until_idle(client)
+    after = await stats(client)
+    assert after["server"]["stopped_jobs"] == before["server"]["stopped_jobs"] + 1
+    assert after["pipeline"]["cancelled"] == before["pipeline"]["cancelled"] + 1
+    push_settings(client, {"maxNewTokens": PULLED["maxNewTokens"], "multiline": "auto", "maxLines": 8})
+    await wait_for_setting(client, "maxNewTokens", PULLED["maxNewTokens"])
+
+
+async def test_changing_the_draft_reloads_in_background_and_output_stays_the_targets(client):
+    loads = len(ended_loads(client))
+    push_settings(client, {"draftModel": "ngram"})
+    await wait_loaded(client, loads + 1)
+    s = await stats(client)
+    assert s["models"]["draftModel"] == "ngram" and s["server"]["loads"] == 2
+    uri = "file:///work/ngram.py"
+    open_doc(client, uri, DOC)
+    got = [i.insert_text for i in items(await inline(client, uri, 6, len("        return json.")))]
+    expected = ref(uri, DOC, 6, len("        return json."))     # reference drafts with the tiny model
+    assert got == ([expected] if expected else [])
+
+
+async def test_a_model_that_cannot_load_is_reported_and_the_previous_stays(client):
+    loads = len(ended_loads(client))
+    before = len(client.messages)
+    push_settings(client, {"targetModel": "/nonexistent/specfill-model"})
+    message = await wait_loaded(client, loads + 1)
+    assert message.startswith("failed")
+    error = client.messages[before:][-1]
+    assert error.type == types.MessageType.Error and "/nonexistent/specfill-model" in error.message
+    s = await stats(client)
+    assert s["settings"]["targetModel"] == tiny_options()["targetModel"]
+    assert s["models"]["loaded"] and s["server"]["load_failures"] == 1
+    result = await inline(client, "file:///work/doc.py", 6, len("        return json."))
+    assert result is not None
+
+
+async def test_stats_and_reload_commands(client):
+    s = await stats(client)
+    pipeline = s["pipeline"]
+    for key in ("latency_ms", "acceptance_rate", "tokens_per_target_call", "kv_reuse",
+                "cache_hit_rate", "requests"):
+        assert key in pipeline
+    assert pipeline["latency_ms"]["p50"] is not None
+    assert s["server"]["requests"] >= 8 and s["pendingRequests"] <= 2
+    loads = len(ended_loads(client))
+    reply = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="specfill.reload"))
+    assert reply["reloading"] is True
+    assert (await wait_loaded(client, loads + 1)).startswith("ready")
+
+
+LONG_DOC = "class Parser:\n    def __init__(self, text):\n        \n"
+LONG_AT = (2, 8)
+
+
+async def wait_for_setting(client, name, value, timeout=30.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await stats(client))["settings"][name] != value:
+        if loop.time() > deadline:
+            raise AssertionError(f"setting {name} never became {value!r}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_until_idle(client, timeout=30.0):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (s := await stats(client))["inflight"] or s["workerBusy"]:
+        if loop.time() > deadline:
+            raise AssertionError("server never became idle")
+        await asyncio.sleep(0.02)

@@ -1,0 +1,127 @@
+"""lsp/settings.py, lsp/positions.py and CLI argument parsing: pure functions, no server."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from lsprotocol import types
+from pygls.workspace.position_codec import PositionCodec
+
+from lsp.cli import _parse_location, parse_tcp
+from lsp.positions import split_lines, to_client, to_codepoints
+from lsp.settings import (FIELDS, FIM_TEMPLATES, Settings, SettingsError, markdown_table,
+                          parse_settings, schema, unknown_keys)
+
+
+def test_defaults_name_the_builtin_pair_and_keep_remote_code_off():
+    s = Settings()
+    assert (s.targetModel, s.draftModel, s.draftLength) == ("default", "default", "auto")
+    assert s.trustRemoteCode is False and s.enable is True and s.temperature == 0.0
+
+
+def test_values_are_applied_and_coerced():
+    s = parse_settings({"draftLength": "4", "multiline": "Never", "temperature": 0.5,
+                        "maxNewTokens": 32.0, "enable": "false", "device": "CUDA:1",
+                        "draftModel": "NGRAM", "fimTemplate": "StarCoder"}, Settings())
+    assert (s.draftLength, s.multiline, s.temperature, s.maxNewTokens) == (4, "never", 0.5, 32)
+    assert (s.enable, s.device, s.draftModel, s.fimTemplate) == (False, "cuda:1", "ngram", "starcoder")
+    assert parse_settings({"draftLength": "AUTO"}, s).draftLength == "auto"
+
+
+def test_missing_keys_keep_previous_and_null_resets_to_default():
+    prev = parse_settings({"maxNewTokens": 9, "debounceMs": 5}, Settings())
+    s = parse_settings({"maxNewTokens": None}, prev)
+    assert s.maxNewTokens == Settings().maxNewTokens and s.debounceMs == 5
+    assert parse_settings(None, prev) is prev
+
+
+def test_unknown_keys_are_ignored_but_reported():
+    raw = {"draftLenght": 3, "trace": {"server": "verbose"}, "maxNewTokens": 5}
+    assert parse_settings(raw, Settings()).maxNewTokens == 5
+    assert unknown_keys(raw) == ["draftLenght"]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("draftLength", 0), ("draftLength", 17), ("draftLength", "fast"), ("draftLength", 2.5),
+    ("maxNewTokens", True), ("maxNewTokens", -1), ("temperature", "hot"),
+    ("temperature", float("nan")), ("temperature", 3), ("multiline", "sometimes"),
+    ("enable", 1), ("device", "tpu"), ("dtype", "int4"), ("fimTemplate", "gpt"),
+    ("fimLayout", "mps"), ("targetModel", ""), ("targetModel", "none"), ("draftModel", 3),
+    ("debounceMs", 10**6), ("trustRemoteCode", "yes please"), ("maxDocumentChars", "big"),
+])
+def test_invalid_values_name_setting_value_and_allowed(name, value):
+    with pytest.raises(SettingsError) as err:
+        parse_settings({name: value, "maxNewTokens": 3} if name != "maxNewTokens" else {name: value},
+                       Settings())
+    msg = str(err.value)
+    assert f"specfill.{name}" in msg and repr(value) in msg and "allowed:" in msg
+
+
+def test_section_must_be_an_object():
+    with pytest.raises(SettingsError, match="object"):
+        parse_settings(["draftLength", 4], Settings())
+
+
+def test_fim_choices_match_the_completion_templates():
+    from completion.templates import FAMILIES, LAYOUTS
+
+    assert set(FIM_TEMPLATES) == set(FAMILIES)
+    assert set(FIELDS["fimLayout"].metadata["choices"]) == {"auto", *LAYOUTS}
+
+
+def test_schema_cli_lists_every_setting_with_default_and_description():
+    out = subprocess.run([sys.executable, "-m", "lsp.settings", "--schema"], check=True,
+                         capture_output=True, text=True).stdout
+    entries = {e["name"]: e for e in json.loads(out)}
+    assert list(entries) == list(FIELDS)
+    for name, f in FIELDS.items():
+        assert entries[name]["default"] == f.default and entries[name]["description"]
+    assert entries["multiline"]["enum"] == ["auto", "always", "never"]
+    assert entries["draftLength"]["min"] == 1 and entries["draftLength"]["max"] == 16
+    assert len(markdown_table().splitlines()) == len(FIELDS) + 2
+    assert [e["name"] for e in schema()] == list(FIELDS)
+
+
+def test_tcp_binds_loopback_unless_a_host_is_given():
+    assert parse_tcp("9000") == ("127.0.0.1", 9000)
+    assert parse_tcp(":9000") == ("127.0.0.1", 9000)
+    assert parse_tcp("0.0.0.0:9000") == ("0.0.0.0", 9000)
+    for bad in ("x:y", "host:0", "host:70000"):
+        with pytest.raises(Exception):
+            parse_tcp(bad)
+
+
+def test_complete_location_is_one_based():
+    assert _parse_location("a/b.py:3:7") == ("a/b.py", 3, 7)
+    assert _parse_location("C:/x.py:1:1") == ("C:/x.py", 1, 1)
+    for bad in ("b.py:3", "b.py:0:1", "b.py:x:1"):
+        with pytest.raises(Exception):
+            _parse_location(bad)
+
+
+LINE = 'x = "😋" + é  # ok'
+
+
+@pytest.mark.parametrize("encoding, units_after_emoji", [("utf-16", 5 + 2), ("utf-8", 5 + 4)])
+def test_positions_round_trip_through_non_ascii(encoding, units_after_emoji):
+    codec = PositionCodec(types.PositionEncodingKind(encoding))
+    lines = split_lines(LINE + "\nnext\n")
+    after_emoji = LINE.index("😋") + 1          # codepoint column 6
+    client = to_client(lines, codec, 0, after_emoji)
+    assert client.character == units_after_emoji
+    assert to_codepoints(lines, codec, client) == (0, after_emoji)
+    end = to_client(lines, codec, 0, len(LINE))
+    assert to_codepoints(lines, codec, end) == (0, len(LINE))
+    # Past the end of the line clamps to its end; a missing line is None.
+    assert to_codepoints(lines, codec, types.Position(0, 999)) == (0, len(LINE))
+    assert to_codepoints(lines, codec, types.Position(2, 0)) == (2, 0)   # after final newline
+    assert to_codepoints(lines, codec, types.Position(3, 0)) is None
+
+
+def test_lines_split_only_at_lsp_line_breaks():
+    assert split_lines("a\x0cb\r\nc\rd\u2028e\n") == ("a\x0cb\r\n", "c\r", "d\u2028e\n")
+    assert split_lines("") == () and split_lines("x") == ("x",)
+    codec = PositionCodec()
+    assert to_codepoints(split_lines(""), codec, types.Position(0, 4)) == (0, 0)

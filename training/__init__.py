@@ -1,0 +1,1 @@
+"""Training of specfill's built-in default model pair (see training/README.md)."""

@@ -241,7 +241,7 @@ class CompletionPipeline:
             d_layout = draft.resolve_layout(options.fim_layout)
             draft_ids = draft.build(window.prefix, window.suffix, d_layout, extra, path=path)
 
-        single_line = options.multiline == "never" or (
+        single_line = options.multiline == "never" or bool(
             options.multiline == "auto" and cur.rest_of_line.strip() and not is_closers_only(cur.rest_of_line))
         gen = GenerationSettings(
             max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,

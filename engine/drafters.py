@@ -131,10 +131,11 @@ class TextDrafter:
     """
     kind = "text"
 
-    def __init__(self, pool: KVPool, draft_vocab: TokenVocab, target_vocab: TokenVocab):
+    def __init__(self, pool: KVPool, draft_vocab: TokenVocab, target_vocab: TokenVocab, heal: bool = True):
         self.pool = pool
         self.dv = draft_vocab
         self.tv = target_vocab
+        self.heal = heal
         self.draft_calls = 0
         self._prefix_index = self._index_prefixes(draft_vocab)
 
@@ -154,10 +155,10 @@ class TextDrafter:
             raise ValueError("a draft model with another tokenizer needs its own prompt (draft_ids)")
         prompt = list(draft_prompt)
         held = b""
-        # Heal: hold back trailing text tokens of the prompt as bytes the draft must re-produce.
-        while prompt and len(prompt) > 1 and prompt[-1] not in self.dv.special_ids and len(held) < 8:
-            held = self.dv.token_bytes[prompt.pop()] + held
-            break
+        # Heal: hold back the prompt's last text token as bytes the draft must re-produce,
+        # so it may choose a longer merged token (e.g. "\n" + indent) across the boundary.
+        if self.heal and len(prompt) > 1 and prompt[-1] not in self.dv.special_ids:
+            held = self.dv.token_bytes[prompt.pop()]
         self.prompt = prompt
         self.held = held                  # bytes in front of the shared continuation
         self.cont: list[int] = []         # draft ids covering a prefix of held + continuation
@@ -180,6 +181,9 @@ class TextDrafter:
         rest = shared[pos:]
         if rest:
             ids, leftover = self.dv.encode_continuation(self.prompt + self.cont, rest)
+            if ids and not self.heal:
+                self.cont.extend(ids)
+                return leftover
             if ids:
                 self.cont.extend(ids[:-1])
                 return tb[ids[-1]] + leftover

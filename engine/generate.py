@@ -68,7 +68,9 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
 
     # Prefill everything but the last prompt token (reusing the cached prefix).
     session = pool.session_for(prompt)
-    calls0 = session.forward_calls
+    calls0, fwd0 = session.forward_calls, session.forward_ms
+    d_pool = getattr(drafter, "pool", None)
+    d_fwd0 = sum(s.forward_ms for s in d_pool.sessions) if d_pool else 0.0
     with torch.inference_mode():
         reused, computed = session.sync(prompt[:-1])
         stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
@@ -145,7 +147,10 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
         out = out[:max_new]
         gen_bytes = target.vocab.bytes_of(out)
     stats.new_tokens = len(out)
-    stats.target_calls = session.forward_calls - calls0 + (0 if computed else 0)
+    stats.target_calls = session.forward_calls - calls0
+    stats.target_forward_ms = session.forward_ms - fwd0
+    if d_pool:
+        stats.draft_forward_ms = sum(s.forward_ms for s in d_pool.sessions) - d_fwd0
     stats.draft_calls = drafter.draft_calls - draft_calls0
     stats.final_draft_length = fixed_k if fixed_k is not None else draft_length.k
     stats.latency_ms = (time.perf_counter() - t0) * 1000
@@ -161,6 +166,8 @@ class Engine:
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = config = config or EngineConfig()
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
         kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
         self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens)
@@ -179,7 +186,7 @@ class Engine:
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
                 self.drafter = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
             else:
-                self.drafter = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab)
+                self.drafter = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
 
     @property
     def drafter_kind(self) -> str:

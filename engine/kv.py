@@ -40,6 +40,7 @@ class KVSession:
         self.cache: DynamicCache | None = None
         self.last_used = time.monotonic()
         self.forward_calls = 0
+        self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
 
     def crop(self, keep: int) -> None:
         if keep >= len(self.ids):
@@ -56,12 +57,15 @@ class KVSession:
                 f"{len(self.ids) + len(new_ids)} tokens exceed the KV session limit of {self.max_tokens}")
         if self.cache is None:
             self.cache = DynamicCache()
+        t0 = time.perf_counter()
         x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
         out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         self.ids.extend(new_ids)
         self.forward_calls += 1
-        return out.logits[0].float()
+        logits = out.logits[0].float()
+        self.forward_ms += (time.perf_counter() - t0) * 1000
+        return logits
 
     def sync(self, ids: list[int]) -> tuple[int, int]:
         """Make the cache hold exactly `ids`. Returns (reused, computed) token counts."""

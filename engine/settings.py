@@ -17,6 +17,8 @@ class EngineConfig:
     device_map: str | None = None  # "auto": spread a target larger than one device (accelerate)
     max_cache_tokens: int = 4096  # per KV session; prompts longer than this are refused
     max_sessions: int = 4         # KV sessions kept per model (e.g. one per open document)
+    threads: int = 0              # torch CPU threads; 0 = torch's default
+    heal: bool = True             # token healing for a draft with another tokenizer
 
 
 @dataclass
@@ -45,9 +47,11 @@ class GenerationStats:
     draft_prefill_tokens: int = 0
     draft_reused_tokens: int = 0
     prefill_ms: float = 0.0
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
+    draft_ms: float = 0.0       # drafting, draft forward passes included
+    verify_ms: float = 0.0      # target forward passes of the rounds + acceptance
     latency_ms: float = 0.0
+    target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
+    draft_forward_ms: float = 0.0   # time inside draft forward passes
     final_draft_length: int = 0
 
     @property
@@ -63,8 +67,9 @@ class GenerationStats:
         d = asdict(self)
         d["acceptance_rate"] = round(self.acceptance_rate, 4)
         d["tokens_per_target_call"] = round(self.tokens_per_target_call, 4)
-        d["overhead_ms"] = round(self.latency_ms - self.prefill_ms - self.draft_ms - self.verify_ms, 3)
-        for k in ("prefill_ms", "draft_ms", "verify_ms", "latency_ms"):
+        # engine overhead: everything outside the models' forward passes
+        d["overhead_ms"] = round(self.latency_ms - self.target_forward_ms - self.draft_forward_ms, 3)
+        for k in ("prefill_ms", "draft_ms", "verify_ms", "latency_ms", "target_forward_ms", "draft_forward_ms"):
             d[k] = round(d[k], 3)
         return d
 

@@ -145,3 +145,14 @@ def test_crlf_document_gets_crlf_ghost_text(engines):
         assert (a is None) == (b is None)
         if a is not None:
             assert a.text == b.text.replace("\n", "\r\n")
+
+
+def test_large_budgets_shrink_to_fit_the_engine_cache(engines):
+    pipe = CompletionPipeline(engines[1])
+    limit = engines[1].config.max_cache_tokens
+    opts = CompletionOptions(prefix_tokens=limit, suffix_tokens=1000, extra_tokens=1000, max_new_tokens=4)
+    prefix, suffix, extra = pipe._budgets(opts)
+    assert (suffix, extra) == (0, 0) and 0 < prefix <= limit - 4
+    big = "".join(f"value_{i} = compute({i}, 'x' * {i})\n" for i in range(3000))
+    pipe.complete(CompletionRequest(URI, big, 2000, 0), opts)          # no ContextTooLong
+    assert pipe.last_stats["prompt_tokens"] + 4 <= limit

@@ -11,6 +11,8 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import make_test_lsp_client
 
+from lsp.cli import complete_main
+
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from lsp_helpers import ROOT, SERVER_ENV, init_params, reference, tiny_pair  # noqa: E402
 
@@ -40,7 +42,7 @@ def source_file(tmp_path_factory) -> Path:
     return path
 
 
-def test_complete_prints_what_the_server_pipeline_gives(source_file):
+def test_complete_prints_what_the_server_pipeline_gives(source_file, capsys):
     line, col = AT
     expected = reference(source_file.resolve().as_uri(), SOURCE, line - 1, col - 1, maxNewTokens=24)
     assert expected, "the tiny pair should complete here"
@@ -49,28 +51,32 @@ def test_complete_prints_what_the_server_pipeline_gives(source_file):
     out = json.loads(done.stdout)
     assert out["text"] == expected
     assert out["stats"]["new_tokens"] >= 1 and "latency_ms" in out["stats"]
-    plain = run("complete", f"{source_file}:{line}:{col}", *model_args())
-    assert plain.returncode == 0, plain.stderr
-    assert plain.stdout.rstrip("\n") == expected.rstrip("\n")
+    # without --json: the ghost text itself (in-process: the same function the command runs)
+    assert complete_main([f"{source_file}:{line}:{col}", *model_args()]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == expected.rstrip("\n")
 
 
 @pytest.mark.parametrize("location, message", [
     ("{file}:99:1", "has 6 lines"),
     ("{file}:1:200", "asked for column 200"),
-    ("{file}:0:1", "1-based"),
     ("/no/such/file.py:1:1", "cannot read"),
 ])
-def test_complete_rejects_bad_locations_clearly(source_file, location, message):
-    done = run("complete", location.format(file=source_file), *model_args())
-    assert done.returncode == 2 and message in done.stderr
+def test_complete_rejects_bad_locations_clearly(source_file, capsys, location, message):
+    assert complete_main([location.format(file=source_file), *model_args()]) == 2
+    assert message in capsys.readouterr().err
 
 
-def test_complete_rejects_bad_settings_and_models_clearly(source_file):
-    done = run("complete", f"{source_file}:1:1", "--draft-length", "40")
-    assert done.returncode == 2 and "draftLength" in done.stderr and "1-16" in done.stderr
-    done = run("complete", f"{source_file}:1:1", "--target", "/no/such/model", "--draft", "none")
-    assert done.returncode == 2 and "/no/such/model" in done.stderr
-    assert "Traceback" not in done.stderr
+def test_complete_rejects_bad_settings_and_models_clearly(source_file, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        complete_main([f"{source_file}:0:1"])
+    assert exit_.value.code == 2 and "1-based" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        complete_main([f"{source_file}:1:1", "--draft-length", "40"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "draftLength" in err and "1-16" in err
+    assert complete_main([f"{source_file}:1:1", "--target", "/no/such/model", "--draft", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "/no/such/model" in err and "Traceback" not in err
 
 
 @pytest.mark.asyncio

@@ -3,7 +3,9 @@ an empty result, and the server keeps answering afterwards."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -208,3 +210,43 @@ async def test_tcp_listens_on_loopback():
         if process.returncode is None:
             process.kill()
         await client.stop()
+
+
+def frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def parse_frames(data: bytes) -> list[dict]:
+    """Every byte of `data` must belong to a well-formed LSP message."""
+    messages = []
+    while data:
+        header, sep, rest = data.partition(b"\r\n\r\n")
+        assert sep and header.startswith(b"Content-Length: "), f"not LSP framing: {data[:80]!r}"
+        length = int(header.split(b"\r\n")[0][len(b"Content-Length: "):])
+        messages.append(json.loads(rest[:length]))
+        data = rest[length:]
+    return messages
+
+
+@pytest.mark.asyncio
+async def test_stray_output_cannot_reach_the_wire():
+    """Anything printed, or written to fd 1 by native code, after startup goes to stderr."""
+    inject = ("import os, sys; from lsp import cli; setup = cli._setup_logging; "
+              "cli._setup_logging = lambda level: (setup(level), print('stray print'), "
+              "os.write(1, b'stray fd write\\n')); sys.exit(cli.serve_main([]))")
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"processId": None, "rootUri": None, "capabilities": {},
+                    "initializationOptions": {"enable": False}}},
+        {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+        {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None},
+        {"jsonrpc": "2.0", "method": "exit", "params": None},
+    ]
+    done = subprocess.run([sys.executable, "-c", inject], input=b"".join(map(frame, requests)),
+                          capture_output=True, env=SERVER_ENV, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    replies = parse_frames(done.stdout)
+    assert [m.get("id") for m in replies if "id" in m] == [1, 2]
+    assert "inlineCompletionProvider" in replies[0]["result"]["capabilities"]
+    assert b"stray print" in done.stderr and b"stray fd write" in done.stderr

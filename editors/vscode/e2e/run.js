@@ -71,14 +71,16 @@ async function main() {
   const extensions = path.join(out, 'extensions');
   fs.mkdirSync(path.join(userData, 'User'), { recursive: true });
   fs.writeFileSync(path.join(userData, 'User', 'settings.json'), env.E2E_SETTINGS);
-  execFileSync(codeServer, ['--extensions-dir', extensions, '--user-data-dir', userData, '--install-extension', env.E2E_VSIX], {
+  // Its own config file, so nothing is written to ~/.config/code-server.
+  const cfg = ['--config', path.join(out, 'code-server.yaml')];
+  execFileSync(codeServer, [...cfg, '--extensions-dir', extensions, '--user-data-dir', userData, '--install-extension', env.E2E_VSIX], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   step('extension installed');
 
   const server = spawn(
     codeServer,
-    ['--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--extensions-dir', extensions, '--user-data-dir', userData,
+    [...cfg, '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--extensions-dir', extensions, '--user-data-dir', userData,
       '--disable-telemetry', '--disable-update-check', '--disable-workspace-trust', env.E2E_WORKSPACE],
     { stdio: ['ignore', fs.openSync(path.join(out, 'code-server.log'), 'w'), fs.openSync(path.join(out, 'code-server.err'), 'w')] },
   );

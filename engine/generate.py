@@ -170,7 +170,7 @@ class Engine:
             torch.set_num_threads(config.threads)
         kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
-        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens)
+        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean)
         self.draft: LoadedModel | None = None
         self.draft_length = DraftLength()
         special = self.target.vocab.special_ids
@@ -182,11 +182,16 @@ class Engine:
             self.draft = load_model(config.draft, "draft", **kw)
             if self.draft.device != self.target.device and config.device_map is None:
                 raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
-            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens)
+            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean)
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
                 self.drafter = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
             else:
                 self.drafter = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
+
+    def clear_caches(self) -> None:
+        self.pool.clear()
+        if hasattr(self.drafter, "pool"):
+            self.drafter.pool.clear()
 
     @property
     def drafter_kind(self) -> str:
@@ -200,6 +205,8 @@ class Engine:
                  settings: GenerationSettings | None = None, stop_ids=(),
                  cancel: threading.Event | None = None) -> GenerationResult:
         settings = settings or GenerationSettings()
+        if not self.config.kv_reuse:
+            self.clear_caches()
         return speculative_generate(self.target, self.pool, self.drafter, list(target_ids),
                                     settings, self.draft_length, stop_ids=stop_ids,
                                     draft_prompt=list(draft_ids) if draft_ids is not None else None,

@@ -12,6 +12,8 @@ import time
 import torch
 from transformers import DynamicCache
 
+from .lean import make_lean
+
 
 class ContextTooLong(ValueError):
     pass
@@ -32,12 +34,15 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 
 
 class KVSession:
-    def __init__(self, model: torch.nn.Module, max_tokens: int):
+    def __init__(self, model: torch.nn.Module, max_tokens: int, lean: bool = True):
         self.model = model
         self.max_tokens = max_tokens
-        self.device = next(model.parameters()).device
+        param = next(model.parameters())
+        self.device = param.device
         self.ids: list[int] = []
-        self.cache: DynamicCache | None = None
+        self.cache = None  # a LeanKV with the lean forward, else a transformers DynamicCache
+        self.lean = make_lean(model) if lean and not getattr(model, "hf_device_map", None) else None
+        self.dtype = param.dtype
         self.last_used = time.monotonic()
         self.forward_calls = 0
         self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
@@ -47,6 +52,9 @@ class KVSession:
             return
         if keep <= 0 or self.cache is None:
             self.ids, self.cache = [], None
+        elif self.lean is not None:
+            self.cache.length = keep
+            del self.ids[keep:]
         else:
             self.cache.crop(keep - len(self.ids))
             del self.ids[keep:]
@@ -55,16 +63,27 @@ class KVSession:
         if len(self.ids) + len(new_ids) > self.max_tokens:
             raise ContextTooLong(
                 f"{len(self.ids) + len(new_ids)} tokens exceed the KV session limit of {self.max_tokens}")
-        if self.cache is None:
-            self.cache = DynamicCache()
         t0 = time.perf_counter()
-        x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-        self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        with torch.inference_mode():
+            logits = self._run(new_ids, logits_to_keep)
         self.ids.extend(new_ids)
         self.forward_calls += 1
-        logits = out.logits[0].float()
         self.forward_ms += (time.perf_counter() - t0) * 1000
+        return logits
+
+    def _run(self, new_ids: list[int], logits_to_keep: int) -> torch.Tensor:
+        if self.lean is not None:
+            if self.cache is None:
+                self.cache = self.lean.new_cache(self.dtype, self.device)
+            x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
+            logits = self.lean(x, self.cache, min(logits_to_keep, len(new_ids))).float()
+        else:
+            if self.cache is None:
+                self.cache = DynamicCache()
+            x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            logits = out.logits[0].float()
         return logits
 
     def sync(self, ids: list[int]) -> tuple[int, int]:
@@ -90,8 +109,9 @@ class KVSession:
 class KVPool:
     """A few KV sessions for one model; a request goes to the one sharing most of its prompt."""
 
-    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096):
+    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096, lean: bool = True):
         self.model = model
+        self.lean = lean
         self.max_sessions = max(1, max_sessions)
         self.max_tokens = max_tokens
         self.sessions: list[KVSession] = []
@@ -107,7 +127,7 @@ class KVPool:
         if best is not None and best_len >= max(1, min(len(ids), len(best.ids)) // 2):
             return best
         if len(self.sessions) < self.max_sessions:
-            s = KVSession(self.model, self.max_tokens)
+            s = KVSession(self.model, self.max_tokens, self.lean)
             self.sessions.append(s)
             return s
         return min(self.sessions, key=lambda s: s.last_used)

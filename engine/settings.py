@@ -19,6 +19,8 @@ class EngineConfig:
     max_sessions: int = 4         # KV sessions kept per model (e.g. one per open document)
     threads: int = 0              # torch CPU threads; 0 = torch's default
     heal: bool = True             # token healing for a draft with another tokenizer
+    lean: bool = True             # lean forward for Llama/Qwen2/GPTBigCode (False: transformers forward)
+    kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
 
 
 @dataclass

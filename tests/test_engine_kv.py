@@ -13,10 +13,12 @@ def _fresh(model, ids, n):
         return model(torch.tensor([ids])).logits[0, -n:].float()
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-forward", "transformers-forward"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2", "bigcode"])
-def test_reuse_matches_fresh_forward(kind):
+def test_reuse_matches_fresh_forward(kind, lean):
     model = tiny_model(kind, VOCAB)
-    session = KVSession(model, max_tokens=512)
+    session = KVSession(model, max_tokens=512, lean=lean)
+    assert (session.lean is not None) == (lean and kind != "gpt2")
     g = torch.Generator().manual_seed(0)
     doc = torch.randint(0, VOCAB, (80,), generator=g).tolist()
     edits = {
@@ -30,15 +32,12 @@ def test_reuse_matches_fresh_forward(kind):
     }
     with torch.no_grad():
         for name, ids in edits.items():
-            before = list(session.ids)
             got = session.advance(ids, n_logits=3)
             torch.testing.assert_close(got, _fresh(model, ids, 3), atol=1e-4, rtol=1e-4, msg=name)
             assert session.ids == ids
-            # Only the part after the common prefix was computed (at least the last 3).
-            common = 0
-            while common < min(len(before), len(ids)) and before[common] == ids[common]:
-                common += 1
-            assert session.forward_calls >= 1
+            # The cache now holds exactly `ids`: one more token continues it correctly.
+            torch.testing.assert_close(session.advance(ids + [42]), _fresh(model, ids + [42], 1),
+                                       atol=1e-4, rtol=1e-4, msg=name)
 
 
 def test_pool_switches_between_documents_without_losing_either():

@@ -83,17 +83,22 @@ def engine_replay(engine, session: list[Keystroke], layout: str, max_new_tokens:
     if getattr(getattr(engine, "drafter", None), "pool", None) is not None:
         engine.drafter.pool.clear()
     opts = CompletionOptions(fim_layout=layout, max_new_tokens=max_new_tokens, extra_tokens=0)
-    lat = []
+    lat, prefill_ms = [], []
     t0 = time.perf_counter()
     for k in session:
         pipe.cache.clear()
         t = time.perf_counter()
         pipe.complete(CompletionRequest("file:///replay.py", k.text, k.line, k.character), opts)
         lat.append((time.perf_counter() - t) * 1000)
+        prefill_ms.append(pipe.last_stats.get("prefill_ms", 0.0))
     s = pipe.stats_summary()
     return {"requests": s["requests"], "kv_reuse": s["kv_reuse"], "prefill_tokens": s["prefill_tokens"],
-            "reused_tokens": s["reused_tokens"], "p50_ms": round(statistics.median(lat), 1),
+            "reused_tokens": s["reused_tokens"],
+            "prefill_ms_p50": round(statistics.median(prefill_ms), 2),
+            "prefill_ms_total": round(sum(prefill_ms), 1),
+            "p50_ms": round(statistics.median(lat), 1),
             "p95_ms": round(sorted(lat)[int(0.95 * (len(lat) - 1))], 1),
+            "new_tokens": s["new_tokens"], "ms_per_new_token": round(sum(lat) / max(1, s["new_tokens"]), 1),
             "total_s": round(time.perf_counter() - t0, 2),
             "acceptance_rate": s["acceptance_rate"], "tokens_per_target_call": s["tokens_per_target_call"]}
 

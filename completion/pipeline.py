@@ -289,10 +289,13 @@ class CompletionPipeline:
     def _budgets(self, options: CompletionOptions) -> tuple[int, int, int]:
         """Token budgets shrunk (extra first, then suffix, then prefix) to fit the engine's
         KV cache limit, so large settings degrade context instead of failing every request."""
-        limit = getattr(getattr(self.engine, "config", None), "max_cache_tokens", None)
+        limits = [getattr(getattr(self.engine, "config", None), "max_cache_tokens", None),
+                  getattr(getattr(self.engine, "target", None), "max_positions", None)]
+        limits = [x for x in limits if isinstance(x, int) and x > 0]
         budgets = [options.prefix_tokens, options.suffix_tokens, options.extra_tokens]
-        if not isinstance(limit, int):
+        if not limits:
             return tuple(budgets)
+        limit = min(limits)
         over = sum(budgets) + options.max_new_tokens + PROMPT_OVERHEAD_TOKENS - limit
         for i in (2, 1, 0):
             cut = min(max(over, 0), budgets[i] - (1 if i == 0 else 0))

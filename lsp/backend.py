@@ -35,7 +35,8 @@ def load_backend(settings: Settings) -> Backend:
     config = EngineConfig(target=settings.targetModel, draft=settings.draftModel,
                           device=settings.device, dtype=settings.dtype,
                           trust_remote_code=settings.trustRemoteCode,
-                          max_cache_tokens=settings.maxCacheTokens)
+                          max_cache_tokens=settings.maxCacheTokens,
+                          kv_reuse=settings.kvReuse)
     engine = Engine(config)
     pipeline = CompletionPipeline(engine)
     load_ms = (time.perf_counter() - t0) * 1000

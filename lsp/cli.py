@@ -20,8 +20,8 @@ def _protect_stdout():
     return wire
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()),
+def _setup_logging(level: str, force: bool = False) -> None:
+    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()), force=force,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level.upper() != "DEBUG":
         # pygls logs every message it sends at INFO (whole documents included).
@@ -53,13 +53,12 @@ def serve_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
     wire = None if args.tcp else _protect_stdout()
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, force=True)   # the server owns this process's logging
 
     from lsp.server import make_server, stop_work  # after the redirect: pulls in pygls
 
     server = make_server()
     log = logging.getLogger("specfill.serve")
-    code = 0
     try:
         if args.tcp:
             host, port = args.tcp
@@ -71,10 +70,10 @@ def serve_main(argv: list[str] | None = None) -> int:
         pass
     finally:
         stop_work(server)
-        # exit without shutdown request -> 1, as LSP says
-        code = 0 if server.protocol._shutdown else 1
-        log.info("server stopped (exit code %d)", code)
-        sys.stderr.flush()
+    code = 0 if server.protocol._shutdown else 1   # LSP: exit without shutdown -> 1
+    log.info("server stopped (exit code %d)", code)
+    logging.shutdown()
+    sys.stderr.flush()
     # A decode or load still running on the worker must not keep a dead server alive.
     os._exit(code)
 
@@ -167,8 +166,12 @@ def complete_main(argv: list[str] | None = None) -> int:
     import threading
 
     request = backend.completion_request(Path(path).resolve().as_uri(), text, line - 1, col - 1)
-    completion = loaded.pipeline.complete(request, backend.completion_options(settings),
-                                          cancel=threading.Event())
+    try:
+        completion = loaded.pipeline.complete(request, backend.completion_options(settings),
+                                              cancel=threading.Event())
+    except ValueError as exc:   # the pipeline refusing the input, e.g. a binary file
+        print(f"specfill complete: {exc}", file=sys.stderr)
+        return 2
     ghost = completion.text if completion is not None else ""
     if args.json:
         stats = dict(completion.stats) if completion is not None else {}

@@ -56,11 +56,18 @@ def to_client(lines: Sequence[str], codec: PositionCodec, line: int, character: 
 
 
 class LspTextDocument(TextDocument):
-    """pygls TextDocument that splits lines the way LSP clients count them."""
+    """pygls TextDocument that splits lines the way LSP clients count them, once per edit
+    (pygls splits the whole text again for every change and every position lookup)."""
+
+    _split_of: Optional[str] = None
+    _split: tuple[str, ...] = ()
 
     @property
     def lines(self) -> Sequence[str]:
-        return split_lines(self.source)
+        source = self.source
+        if self._split_of is not source:
+            self._split, self._split_of = split_lines(source), source
+        return self._split
 
 
 class LspWorkspace(Workspace):

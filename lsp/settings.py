@@ -19,7 +19,8 @@ from typing import Any
 FIM_TEMPLATES = ("codellama", "starcoder", "starcoder2", "deepseek", "qwen", "codegemma",
                  "codestral", "plain")
 
-MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens")
+MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens",
+              "kvReuse")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
 
 
@@ -58,9 +59,10 @@ class Settings:
     temperature: float = _setting(
         0.0, "Sampling temperature; 0 is greedy (output equals the target's own greedy output).",
         "number 0-2", min=0.0, max=2.0)
-    device: str = _setting("auto", "Where the models run.",
-                           "`auto`, `cpu`, `cuda`, `cuda:N`, `mps`")
-    dtype: str = _setting("auto", "Weight precision.",
+    device: str = _setting("auto", "Where the models run (`auto`: CUDA, else MPS, else CPU).",
+                           "`auto`, `cpu`, `cuda`, `mps`", choices=("auto", "cpu", "cuda", "mps"))
+    dtype: str = _setting("auto", "Weight precision (`auto`: float32 on CPU, bfloat16 or float16 "
+                          "on GPUs).",
                           "`auto`, `float32`, `float16`, `bfloat16`",
                           choices=("auto", "float32", "float16", "bfloat16"))
     fimTemplate: str = _setting(
@@ -96,6 +98,9 @@ class Settings:
     maxCacheTokens: int = _setting(
         4096, "Longest KV cache kept per session (prompt + completion tokens).",
         "integer 256-131072", min=256, max=131072)
+    kvReuse: bool = _setting(
+        True, "Keep the models' KV caches between requests, so a keystroke recomputes only the "
+        "changed end of the prompt; off only to measure what reuse saves.", "true or false")
     maxDocumentChars: int = _setting(
         2_000_000, "Documents longer than this (characters) get no completions and are not kept "
         "in memory.", "integer 1000-100000000", min=1000, max=100_000_000)
@@ -115,7 +120,9 @@ class Settings:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
-IGNORED_KEYS = {"trace"}  # vscode-languageclient's own `specfill.trace.server`
+# Client-side keys in the same section: vscode-languageclient's `specfill.trace.server` and the
+# VS Code extension's `specfill.server.command/args` (how to start this server).
+IGNORED_KEYS = {"trace", "server"}
 
 
 def _check_int(name: str, value: Any, meta: dict) -> int:
@@ -163,13 +170,6 @@ def _check_value(name: str, value: Any) -> Any:
         if value.lower() not in meta["choices"]:
             raise SettingsError(name, value, allowed)
         return value.lower()
-    if name == "device":
-        low = value.lower()
-        ok = low in ("auto", "cpu", "cuda", "mps") or (
-            low.startswith("cuda:") and low[5:].isdigit())
-        if not ok:
-            raise SettingsError(name, value, allowed)
-        return low
     if name in ("targetModel", "draftModel"):
         low = value.lower()
         if low in ("default", "ngram", "none"):

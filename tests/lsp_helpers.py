@@ -138,3 +138,18 @@ async def stats(client) -> dict:
 def push_settings(client, section: dict | None) -> None:
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"specfill": section} if section is not None else None))
+
+
+async def stop_client(client) -> None:
+    """Stop a hand-started client even after a failed assertion (pygls' stop() waits for the
+    server to exit, which it only does once its stdin closes)."""
+    process = getattr(client, "_server", None)
+    if process is not None and process.returncode is None:
+        if process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+    await client.stop()

@@ -14,7 +14,7 @@ from pytest_lsp import make_test_lsp_client
 from lsp.cli import complete_main
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from lsp_helpers import ROOT, SERVER_ENV, init_params, reference, tiny_pair  # noqa: E402
+from lsp_helpers import ROOT, SERVER_ENV, init_params, reference, stop_client, tiny_pair  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -77,6 +77,10 @@ def test_complete_rejects_bad_settings_and_models_clearly(source_file, capsys):
     assert complete_main([f"{source_file}:1:1", "--target", "/no/such/model", "--draft", "none"]) == 2
     err = capsys.readouterr().err
     assert "/no/such/model" in err and "Traceback" not in err
+    binary = source_file.with_name("blob.py")
+    binary.write_bytes(b"abc\x00\xff\xfedef\n")
+    assert complete_main([f"{binary}:1:2", *model_args()]) == 2
+    assert "binary" in capsys.readouterr().err
 
 
 @pytest.mark.asyncio
@@ -92,4 +96,4 @@ async def test_specfill_serve_speaks_lsp_on_stdout_only():
         await client.shutdown_session()
         assert client._server.returncode == 0
     finally:
-        await client.stop()
+        await stop_client(client)

@@ -16,7 +16,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,  # noqa: E402
                          items, open_doc, push_settings, reference, stats, tiny_options,
-                         wait_loaded, wait_until)
+                         stop_client, wait_loaded, wait_until)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -80,7 +80,6 @@ async def test_five_megabyte_file_is_not_kept_and_gets_an_empty_result(client):
     change_doc(client, uri, 2, (0, 0), (0, 0), "y = 2\n")
     client.text_document_did_close(types.DidCloseTextDocumentParams(
         text_document=types.TextDocumentIdentifier(uri=uri)))
-    await wait_until(lambda: True)
     assert (await stats(client))["oversizedDocuments"] == 0
     await still_serving(client)
 
@@ -128,6 +127,32 @@ async def test_a_burst_of_a_thousand_requests(client):
     await still_serving(client)
 
 
+async def test_requests_across_many_documents_are_capped(client):
+    """At most MAX_INFLIGHT (4) requests wait or decode at once; older ones are dropped."""
+    push_settings(client, {"debounceMs": 500})
+    await wait_until_setting(client, "debounceMs", 500)
+    uris = [f"file:///work/many{i}.py" for i in range(6)]
+    for uri in uris:
+        open_doc(client, uri, GOOD)
+    before = (await stats(client))["server"]["superseded"]
+    results = await asyncio.gather(*(inline(client, uri, *GOOD_AT) for uri in uris))
+    expected = [reference(uri, GOOD, *GOOD_AT, maxNewTokens=16) for uri in uris]
+    assert [items(r) for r in results[:2]] == [[], []]
+    assert [[i.insert_text for i in items(r)] for r in results[2:]] == \
+        [[e] if e else [] for e in expected[2:]]
+    assert (await stats(client))["server"]["superseded"] == before + 2
+    push_settings(client, {"debounceMs": 0})
+    await wait_until_setting(client, "debounceMs", 0)
+
+
+async def wait_until_setting(client, name, value):
+    for _ in range(1500):
+        if (await stats(client))["settings"][name] == value:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{name} never became {value!r}")
+
+
 async def test_junk_on_the_wire_is_survived(client):
     for body in (b"\xff\xfe{not json!", b'{"jsonrpc": "2.0", "id": 1234}',
                  b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"x": 1}}'):
@@ -164,27 +189,29 @@ async def test_utf8_client_positions():
         assert got == ([expected] if expected else [])
         await client.shutdown_session()
     finally:
-        await client.stop()
+        await stop_client(client)
 
 
 async def test_client_disappearing_mid_request_ends_the_server():
     client = make_test_lsp_client()
     await client.start_io(*SERVER_COMMAND, env=SERVER_ENV)
     process = client._server
-    await client.initialize_session(init_params(tiny_options(maxNewTokens=1024, multiline="always",
-                                                             maxLines=200)))
-    await wait_loaded(client)
-    uri = "file:///work/gone.py"
-    open_doc(client, uri, "class Tree:\n    def __init__(self):\n        \n")
-    jobs = (await stats(client))["server"]["decode_jobs"]
-    pending = asyncio.ensure_future(inline(client, uri, 2, 8))
-    while (await stats(client))["server"]["decode_jobs"] == jobs:
-        await asyncio.sleep(0.01)
-    process.stdin.close()          # the editor is gone: no shutdown, no exit
-    code = await asyncio.wait_for(process.wait(), 60)
-    assert code == 1               # LSP: exit without shutdown -> 1
-    pending.cancel()
-    await client.stop()
+    try:
+        await client.initialize_session(init_params(tiny_options(
+            maxNewTokens=1024, multiline="always", maxLines=200)))
+        await wait_loaded(client)
+        uri = "file:///work/gone.py"
+        open_doc(client, uri, "class Tree:\n    def __init__(self):\n        \n")
+        jobs = (await stats(client))["server"]["decode_jobs"]
+        pending = asyncio.ensure_future(inline(client, uri, 2, 8))
+        while (await stats(client))["server"]["decode_jobs"] == jobs:
+            await asyncio.sleep(0.01)
+        process.stdin.close()          # the editor is gone: no shutdown, no exit
+        code = await asyncio.wait_for(process.wait(), 60)
+        assert code == 1               # LSP: exit without shutdown -> 1
+        pending.cancel()
+    finally:
+        await stop_client(client)
 
 
 async def test_tcp_listens_on_loopback():
@@ -201,8 +228,11 @@ async def test_tcp_listens_on_loopback():
                 break
             except OSError:
                 await asyncio.sleep(0.1)
-        result = await client.initialize_session(init_params({"enable": False}))
+        # some clients wrap initializationOptions in the section name
+        result = await client.initialize_session(init_params({"specfill": {"enable": False}}))
         assert result.capabilities.inline_completion_provider is not None
+        reply = await stats(client)
+        assert reply["settings"]["enable"] is False and not reply["models"]["loaded"]
         await client.shutdown_async(None)
         client.exit(None)
         assert await asyncio.wait_for(process.wait(), 30) == 0
@@ -233,7 +263,7 @@ def parse_frames(data: bytes) -> list[dict]:
 async def test_stray_output_cannot_reach_the_wire():
     """Anything printed, or written to fd 1 by native code, after startup goes to stderr."""
     inject = ("import os, sys; from lsp import cli; setup = cli._setup_logging; "
-              "cli._setup_logging = lambda level: (setup(level), print('stray print'), "
+              "cli._setup_logging = lambda *a, **k: (setup(*a, **k), print('stray print'), "
               "os.write(1, b'stray fd write\\n')); sys.exit(cli.serve_main([]))")
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -250,3 +280,40 @@ async def test_stray_output_cannot_reach_the_wire():
     assert [m.get("id") for m in replies if "id" in m] == [1, 2]
     assert "inlineCompletionProvider" in replies[0]["result"]["capabilities"]
     assert b"stray print" in done.stderr and b"stray fd write" in done.stderr
+
+
+async def test_a_late_configuration_reply_cannot_undo_a_newer_push():
+    """The startup pull is answered slowly; a push made meanwhile must win."""
+    from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, LanguageClient, register_lsp_features
+    from pygls.protocol import default_converter
+
+    client = LanguageClient(converter_factory=default_converter)
+    register_lsp_features(client, {k: v for k, v in DEFAULT_CLIENT_FEATURES.items()
+                                   if k != types.WORKSPACE_CONFIGURATION})
+    answered = asyncio.Event()
+
+    @client.feature(types.WORKSPACE_CONFIGURATION)
+    async def slow_configuration(ls: LanguageClient, params: types.ConfigurationParams):
+        await asyncio.sleep(1.0)
+        answered.set()
+        return [ls.get_configuration(section=item.section) for item in params.items]
+
+    client.set_configuration({"maxNewTokens": 7}, section="specfill")
+    await client.start_io(*SERVER_COMMAND, env=SERVER_ENV)
+    try:
+        await client.initialize_session(init_params({"enable": False}))
+        push_settings(client, {"maxNewTokens": 9})
+        await asyncio.wait_for(answered.wait(), 30)
+        await asyncio.sleep(0.2)
+        s = await stats(client)
+        assert s["settings"]["maxNewTokens"] == 9
+        # an up-to-date pull is applied
+        push_settings(client, None)
+        for _ in range(300):
+            if (await stats(client))["settings"]["maxNewTokens"] == 7:
+                break
+            await asyncio.sleep(0.02)
+        assert (await stats(client))["settings"]["maxNewTokens"] == 7
+        await client.shutdown_session()
+    finally:
+        await stop_client(client)

@@ -111,7 +111,6 @@ async def test_incremental_changes_are_applied_before_completing(client):
 
 async def test_pushed_settings_apply_and_invalid_ones_are_refused_with_a_message(client):
     push_settings(client, {"maxNewTokens": 8})
-    await wait_until(lambda: True)
     await wait_for_setting(client, "maxNewTokens", 8)
     before = len(client.messages)
     push_settings(client, {"draftLength": 99, "maxNewTokens": 5})

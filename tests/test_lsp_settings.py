@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from lsprotocol import types
@@ -23,10 +24,10 @@ def test_defaults_name_the_builtin_pair_and_keep_remote_code_off():
 
 def test_values_are_applied_and_coerced():
     s = parse_settings({"draftLength": "4", "multiline": "Never", "temperature": 0.5,
-                        "maxNewTokens": 32.0, "enable": "false", "device": "CUDA:1",
+                        "maxNewTokens": 32.0, "enable": "false", "device": "CUDA",
                         "draftModel": "NGRAM", "fimTemplate": "StarCoder"}, Settings())
     assert (s.draftLength, s.multiline, s.temperature, s.maxNewTokens) == (4, "never", 0.5, 32)
-    assert (s.enable, s.device, s.draftModel, s.fimTemplate) == (False, "cuda:1", "ngram", "starcoder")
+    assert (s.enable, s.device, s.draftModel, s.fimTemplate) == (False, "cuda", "ngram", "starcoder")
     assert parse_settings({"draftLength": "AUTO"}, s).draftLength == "auto"
 
 
@@ -38,7 +39,8 @@ def test_missing_keys_keep_previous_and_null_resets_to_default():
 
 
 def test_unknown_keys_are_ignored_but_reported():
-    raw = {"draftLenght": 3, "trace": {"server": "verbose"}, "maxNewTokens": 5}
+    raw = {"draftLenght": 3, "trace": {"server": "verbose"}, "server": {"command": "specfill"},
+           "maxNewTokens": 5}
     assert parse_settings(raw, Settings()).maxNewTokens == 5
     assert unknown_keys(raw) == ["draftLenght"]
 
@@ -47,7 +49,7 @@ def test_unknown_keys_are_ignored_but_reported():
     ("draftLength", 0), ("draftLength", 17), ("draftLength", "fast"), ("draftLength", 2.5),
     ("maxNewTokens", True), ("maxNewTokens", -1), ("temperature", "hot"),
     ("temperature", float("nan")), ("temperature", 3), ("multiline", "sometimes"),
-    ("enable", 1), ("device", "tpu"), ("dtype", "int4"), ("fimTemplate", "gpt"),
+    ("enable", 1), ("device", "tpu"), ("device", "cuda:1"), ("dtype", "int4"), ("fimTemplate", "gpt"),
     ("fimLayout", "mps"), ("targetModel", ""), ("targetModel", "none"), ("draftModel", 3),
     ("debounceMs", 10**6), ("trustRemoteCode", "yes please"), ("maxDocumentChars", "big"),
 ])
@@ -125,3 +127,21 @@ def test_lines_split_only_at_lsp_line_breaks():
     assert split_lines("") == () and split_lines("x") == ("x",)
     codec = PositionCodec()
     assert to_codepoints(split_lines(""), codec, types.Position(0, 4)) == (0, 0)
+
+
+def test_every_value_the_vscode_settings_ui_can_send_is_accepted():
+    manifest = Path(__file__).resolve().parent.parent / "editors" / "vscode" / "package.json"
+    if not manifest.exists():
+        pytest.skip("no VS Code extension manifest in this checkout")
+    config = json.loads(manifest.read_text())["contributes"]["configuration"]
+    sections = config if isinstance(config, list) else [config]
+    props = {k: v for section in sections for k, v in section["properties"].items()}
+    names = {k.split(".", 1)[1]: v for k, v in props.items() if k.split(".", 1)[1] in FIELDS}
+    assert set(names) == set(FIELDS)
+    for name, prop in names.items():
+        assert parse_settings({name: prop["default"]}, Settings()) == Settings(), name
+        for value in prop.get("enum", []):
+            parse_settings({name: value}, Settings())
+        for bound in ("minimum", "maximum"):
+            if bound in prop:
+                parse_settings({name: prop[bound]}, Settings())

@@ -236,6 +236,13 @@ def test_ghost_text_appears_while_typing_and_tab_accepts_it(nvim):
             10, "Tab to insert indentation")
     assert server_stats(nv)
 
+    # :SpecfillStats shows the server's figures (through vim.notify).
+    nv.lua("_G.sf_notes = {}; vim.notify = function(msg) table.insert(_G.sf_notes, msg) end")
+    nv.send("<Esc>:SpecfillStats<CR>")
+    note = nv.wait("_G.sf_notes[1]", 30, ":SpecfillStats output")
+    assert note.startswith("specfill stats") and "pipeline" in note, note
+    assert re.search(r"client: shown [1-9]\d*, accepted [1-9]", note), note
+
 
 def test_non_ascii_text_before_the_cursor(nvim):
     # Neovim columns are bytes, LSP positions utf-16/utf-8: the ghost must still sit at the cursor.

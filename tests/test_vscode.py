@@ -89,8 +89,11 @@ def test_packages_as_vsix(node_deps, tmp_path):
         names = set(z.namelist())
         assert "extension/out/src/extension.js" in names
         assert "extension/node_modules/vscode-languageclient/package.json" in names
-        assert not any(n.startswith("extension/src/") or "/test/" in n.removeprefix("extension/node_modules") for n in names
-                       if not n.startswith("extension/node_modules/"))
+        own = [n for n in names if not n.startswith("extension/node_modules/")]
+        # Compiled code only: no sources, tests, e2e suite or source maps in the package.
+        assert not [n for n in own if n.startswith(("extension/src/", "extension/test/", "extension/out/test/",
+                                                    "extension/e2e/", "extension/scripts/"))
+                    or n.endswith((".ts", ".map"))], own
         packaged = json.loads(z.read("extension/package.json"))
     assert packaged["contributes"]["configuration"] == manifest()["contributes"]["configuration"]
     assert {c["command"] for c in packaged["contributes"]["commands"]} == {

@@ -17,6 +17,8 @@ const codeServer = path.join(deps, 'node_modules', '.bin', 'code-server');
 const out = env.E2E_OUT;
 const port = Number(env.E2E_PORT);
 const result = { steps: [] };
+// The text editor (not the chat input, which is a Monaco editor too).
+const EDITOR = '.editor-group-container .monaco-editor .view-lines';
 
 function step(name, extra = {}) {
   result.steps.push({ name, t: Date.now(), ...extra });
@@ -57,7 +59,7 @@ async function ghostText(page) {
 
 async function editorText(page) {
   return page.evaluate(() => {
-    const lines = [...document.querySelectorAll('.monaco-editor .view-lines .view-line')];
+    const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
     return lines
       .map((l) => ({ top: parseFloat(l.style.top || '0'), text: (l.textContent || '').replace(/\u00a0/g, ' ') }))
       .sort((a, b) => a.top - b.top)
@@ -85,6 +87,7 @@ async function main() {
     { stdio: ['ignore', fs.openSync(path.join(out, 'code-server.log'), 'w'), fs.openSync(path.join(out, 'code-server.err'), 'w')] },
   );
   let browser;
+  let page;
   try {
     await waitFor('code-server', async () => {
       try {
@@ -101,24 +104,17 @@ async function main() {
       args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--window-size=1400,900'],
       defaultViewport: { width: 1400, height: 900 },
     });
-    const page = await browser.newPage();
+    page = await browser.newPage();
     page.on('pageerror', (e) => process.stderr.write(`[page error] ${e}\n`));
     await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(env.E2E_WORKSPACE)}`, { waitUntil: 'domcontentloaded' });
     await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
     step('workbench');
 
-    // Open the file with Quick Open.
-    await waitFor('quick open', async () => {
-      await page.keyboard.down('Control');
-      await page.keyboard.press('KeyP');
-      await page.keyboard.up('Control');
-      return page.$('.quick-input-widget input');
-    }, 60000, 1000);
-    await page.keyboard.type(env.E2E_FILE);
-    await new Promise((r) => setTimeout(r, 1000));
-    await page.keyboard.press('Enter');
-    await page.waitForSelector('.monaco-editor .view-lines', { timeout: 60000 });
-    await page.click('.monaco-editor .view-lines');
+    // Open the file from the Explorer and put the cursor in its editor.
+    const row = await page.waitForSelector(`.explorer-folders-view .monaco-list-row[aria-label*="${env.E2E_FILE}"]`, { timeout: 60000 });
+    await row.click();
+    await page.waitForSelector(EDITOR, { timeout: 60000 });
+    await page.click(EDITOR);
     step('file open');
 
     // The extension starts the server; wait until it has loaded the models.
@@ -132,7 +128,7 @@ async function main() {
     await page.screenshot({ path: path.join(out, '1-ready.png') });
 
     // Type like a person; VS Code asks for inline completions by itself.
-    await page.click('.monaco-editor .view-lines');
+    await page.click(EDITOR);
     await page.keyboard.type(env.E2E_TYPE, { delay: 40 });
     await page.keyboard.press('Enter');
     let ghost = '';
@@ -157,13 +153,38 @@ async function main() {
     result.statusAfter = await statusBarText(page);
     step('accepted', { status: result.statusAfter });
     await page.screenshot({ path: path.join(out, '3-accepted.png') });
+
+    // Change a server setting (in the workspace's .vscode/settings.json, which VS Code
+    // watches): it must reach the running server without a restart.
+    fs.mkdirSync(path.join(env.E2E_WORKSPACE, '.vscode'), { recursive: true });
+    fs.writeFileSync(path.join(env.E2E_WORKSPACE, '.vscode', 'settings.json'), env.E2E_SETTINGS_CHANGE || '{}');
+    await new Promise((r) => setTimeout(r, 5000));
+
+    // "specfill: Show Stats" from the command palette opens the server's stats as JSON.
+    await page.keyboard.press('F1');
+    await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: 20000 });
+    await page.keyboard.type('specfill: Show Stats', { delay: 20 });
+    await new Promise((r) => setTimeout(r, 1000));
+    await page.keyboard.press('Enter');
+    await waitFor('stats document', async () => (await editorText(page)).includes('"server"'), 30000, 300);
+    await page.click(EDITOR);
+    await page.keyboard.down('Control');
+    await page.keyboard.press('KeyF');
+    await page.keyboard.up('Control');
+    await page.keyboard.type('"draftLength"', { delay: 20 });
+    await page.keyboard.press('Enter');
+    await page.keyboard.press('Escape');
+    await new Promise((r) => setTimeout(r, 500));
+    result.statsText = await editorText(page);
+    result.statsDraftLength = result.statsText.split('\n').filter((l) => l.includes('"draftLength"'));
+    step('stats', { draftLength: result.statsDraftLength });
+    await page.screenshot({ path: path.join(out, '4-stats.png') });
     result.ok = true;
   } catch (err) {
     result.ok = false;
     result.error = String(err && err.stack ? err.stack : err);
-    if (browser) {
-      const pages = await browser.pages();
-      if (pages[0]) await pages[0].screenshot({ path: path.join(out, 'failure.png') }).catch(() => {});
+    if (page) {
+      await page.screenshot({ path: path.join(out, 'failure.png') }).catch(() => {});
     }
   } finally {
     if (browser) await browser.close().catch(() => {});

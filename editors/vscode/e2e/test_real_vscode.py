@@ -10,6 +10,7 @@ Screenshots of each step land in the test's tmp folder (printed on failure).
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -61,6 +62,8 @@ def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
         "editor.inlineSuggest.enabled": True,
         "editor.quickSuggestions": {"other": False, "comments": False, "strings": False},
         "workbench.startupEditor": "none",
+        "workbench.secondarySideBar.defaultVisibility": "hidden",
+        "chat.disableAIFeatures": True,
         "security.workspace.trust.enabled": False,
         "telemetry.telemetryLevel": "off",
         "extensions.autoUpdate": False,
@@ -80,6 +83,7 @@ def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
         "E2E_OUT": str(out),
         "E2E_PORT": str(free_port()),
         "E2E_TYPE": "def add(a, b):",
+        "E2E_SETTINGS_CHANGE": json.dumps({"specfill.draftLength": "3"}),
         "CHROMIUM": shutil.which("chromium") or "/usr/bin/chromium",
     }
     res = subprocess.run([str(DEPS / "node" / "bin" / "node"), str(E2E / "run.js")], env=env,
@@ -98,3 +102,5 @@ def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
     assert "specfill" in seen["statusReady"]["label"]
     status = seen["statusAfter"]["label"]
     assert "ms" in status and "100% accepted" in status, status
+    # The settings change made in settings.json reached the running server: its stats say so.
+    assert any(re.search(r'"draftLength": 3\b', line) for line in seen["statsDraftLength"]), seen["statsDraftLength"]

@@ -220,6 +220,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(ACCEPTED, () => setStatus({ accepted: status.accepted + 1 })),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       const change = classifyChange((section) => e.affectsConfiguration(section), specs);
+      output.info(`configuration changed: ${JSON.stringify(change)}`);
       if (change.restart) {
         await restartServer();
       } else if (change.notifyServer && client?.isRunning()) {
@@ -236,7 +237,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     { dispose: () => void stopClient() },
   );
-  await startClient();
+  // Not awaited: activation finishes at once while the server starts (and loads its models).
+  void startClient();
 }
 
 export async function deactivate(): Promise<void> {

@@ -34,7 +34,20 @@ function M.show(buf, row, col, text, hl, replace_len)
   if text == '' then
     return
   end
-  local lines = vim.split(text, '\n', { plain = true })
+  local shown = text
+  if (replace_len or 0) > 0 and not text:find('\n', 1, true) then
+    -- Accepting replaces e.g. an auto-closed ')' after the cursor: when the suggestion ends
+    -- with those same characters, do not draw them twice.
+    local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+    local replaced = line:sub(col + 1, col + replace_len)
+    if replaced ~= '' and text:sub(-#replaced) == replaced then
+      shown = text:sub(1, #text - #replaced)
+    end
+  end
+  if shown == '' then
+    return
+  end
+  local lines = vim.split(shown, '\n', { plain = true })
   local virt_lines = {}
   for i = 2, #lines do
     virt_lines[#virt_lines + 1] = { { expand_tabs(lines[i], buf), hl } }

@@ -1,0 +1,80 @@
+"""Settings from the client: initializationOptions, workspace/configuration (pull) and
+workspace/didChangeConfiguration (push), versioned so a late pull reply cannot undo a push."""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from typing import Any
+
+from lsprotocol import types
+
+from lsp.loading import ensure_models
+from lsp.notify import log_to_client, show
+from lsp.settings import SettingsError, parse_settings, unknown_keys
+
+log = logging.getLogger("specfill.config")
+
+SECTION = "specfill"
+
+
+def apply_settings(ls, raw: Any, source: str) -> bool:
+    """Validate and apply a `specfill` section; on error keep the previous settings and tell
+    the user. Returns whether anything was applied."""
+    state = ls.state
+    if raw is None:
+        return False
+    if isinstance(raw, dict) and set(raw) == {SECTION}:
+        raw = raw[SECTION]      # {"specfill": {...}} where the bare section was expected
+    try:
+        new = parse_settings(raw, state.settings)
+    except SettingsError as exc:
+        show(ls, f"{exc} (from {source}); keeping the previous settings")
+        return False
+    extra = unknown_keys(raw)
+    if extra:
+        log_to_client(ls, f"ignoring unknown settings from {source}: {', '.join(extra)}",
+                      types.MessageType.Warning)
+    state.settings = new
+    state.settings_version += 1
+    log.info("settings v%d from %s: %s", state.settings_version, source, new)
+    if state.initialized:
+        ensure_models(ls)
+    return True
+
+
+def pull_settings(ls) -> Future:
+    """Ask the client for the `specfill` section. A reply that arrives after a newer change
+    (a push) is stale and dropped."""
+    state = ls.state
+    asked_at = state.settings_version
+    fut = ls.protocol.send_request(
+        types.WORKSPACE_CONFIGURATION,
+        types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]))
+
+    def on_reply(f: Future) -> None:
+        try:
+            if f.cancelled():
+                return
+            reply = f.result()
+        except Exception as exc:
+            log.warning("workspace/configuration failed: %s", exc)
+            return
+        if state.settings_version != asked_at:
+            log.info("dropping a stale workspace/configuration reply (settings changed meanwhile)")
+            return
+        if isinstance(reply, (list, tuple)) and reply:   # lsprotocol gives a tuple
+            apply_settings(ls, reply[0], "workspace/configuration")
+
+    fut.add_done_callback(on_reply)
+    return fut
+
+
+def on_pushed_settings(ls, settings: Any, can_pull: bool) -> None:
+    if isinstance(settings, dict) and SECTION in settings:
+        apply_settings(ls, settings[SECTION], "workspace/didChangeConfiguration")
+    elif isinstance(settings, dict) and settings and not unknown_keys(settings):
+        # Some clients push the section's contents without the `specfill` wrapper.
+        apply_settings(ls, settings, "workspace/didChangeConfiguration")
+    elif can_pull:
+        # VS Code style: the push only says "something changed"; pull the section.
+        pull_settings(ls)

@@ -1,0 +1,37 @@
+"""Telling the user: pop-ups for what needs action, the LSP log for the rest, stderr always."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from lsprotocol import types
+
+log = logging.getLogger("specfill.server")
+
+
+def show(ls, message: str, kind=types.MessageType.Error) -> None:
+    """window/showMessage (and stderr)."""
+    log.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, "%s", message)
+    try:
+        ls.window_show_message(types.ShowMessageParams(type=kind, message=f"specfill: {message}"))
+    except Exception:  # client gone
+        log.debug("could not send showMessage", exc_info=True)
+
+
+def log_to_client(ls, message: str, kind=types.MessageType.Info) -> None:
+    """window/logMessage (and stderr)."""
+    log.info("%s", message)
+    try:
+        ls.window_log_message(types.LogMessageParams(type=kind, message=f"specfill: {message}"))
+    except Exception:
+        log.debug("could not send logMessage", exc_info=True)
+
+
+def client_supports(ls, *path: str) -> bool:
+    """Whether a client capability, e.g. ("window", "work_done_progress"), is declared true."""
+    node: Any = ls.client_capabilities
+    for name in path:
+        node = getattr(node, name, None)
+        if node is None:
+            return False
+    return bool(node)

@@ -32,6 +32,7 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object {text, stats}")
     args = p.parse_args(argv)
@@ -49,7 +50,8 @@ def generate_main(argv: list[str]) -> int:
         return 2
     try:
         engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
-                                     dtype=args.dtype, trust_remote_code=args.trust_remote_code))
+                                     dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                                     threads=args.threads))
     except ModelLoadError as e:
         print(f"specfill: {e}", file=sys.stderr)
         return 2

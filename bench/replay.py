@@ -235,6 +235,8 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
         x = torch.tensor([captured.target_ids], device=target.device)
         out = target.generate(x, attention_mask=torch.ones_like(x), **kw)
         new = out[0, x.shape[1]:].tolist()
+        if new and new[-1] in captured.stop_ids:   # counted like the engine: stop token excluded
+            new = new[:-1]
         return tt.decode(new, skip_special_tokens=True), len(new)
 
     records = []
@@ -262,7 +264,7 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
                 records.append(report.hf_record(
                     config, script.name, index, line, col, key.request,
                     key.gap_ms - editor_debounce_ms, ms, out_text, new_tokens, counter.calls,
-                    len(captured.target_ids)))
+                    len(captured.target_ids), captured.settings.stop_strings))
             pipeline.forget_document(uri)
     counter.handle.remove()
     return records

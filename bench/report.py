@@ -37,16 +37,17 @@ def server_record(config, file, keystroke, line, character, trigger, window_ms, 
               "prompt_tokens", "prefill_ms", "draft_ms", "verify_ms", "stop_reason"):
         r[k] = engine.get(k)
     r["engine_ms"] = engine.get("latency_ms")
+    r["raw_text"] = engine.get("raw_text")     # the model's output before post-processing
     return r
 
 
 def hf_record(config, file, keystroke, line, character, trigger, window_ms, latency_ms, text,
-              new_tokens, target_calls, prompt_tokens) -> dict:
+              new_tokens, target_calls, prompt_tokens, stop_strings=()) -> dict:
     r = _base(config, file, keystroke, line, character, trigger, window_ms, latency_ms, text)
     r.update(ran_model=True, from_cache=False, job_ms=None, new_tokens=new_tokens, target_calls=target_calls,
              drafted=None, accepted=None, prefill_tokens=prompt_tokens, reused_tokens=0,
              prompt_tokens=prompt_tokens, prefill_ms=None, draft_ms=None, verify_ms=None,
-             stop_reason=None, engine_ms=None)
+             stop_reason=None, engine_ms=None, raw_text=text, stop_strings=list(stop_strings))
     return r
 
 
@@ -72,6 +73,29 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
+def _until_stop(text: str, stops) -> str:
+    for stop in stops:
+        text = text.split(stop, 1)[0]
+    return text.strip()
+
+
+def same_as_plain(records: list[dict], config: str) -> tuple[int, int] | None:
+    """(model runs whose output equals plain generate()'s at the same keystroke, runs compared),
+    compared up to the stop string and ignoring surrounding whitespace; None without hf-plain."""
+    plain = {(r["file"], r["keystroke"]): r for r in records if r["config"] == "hf-plain"}
+    if not plain or config == "hf-plain":
+        return None
+    same = compared = 0
+    for r in records:
+        p = plain.get((r["file"], r["keystroke"]))
+        if r["config"] != config or not r["ran_model"] or r.get("raw_text") is None or p is None:
+            continue
+        stops = p.get("stop_strings") or ()
+        compared += 1
+        same += _until_stop(r["raw_text"], stops) == _until_stop(p["raw_text"], stops)
+    return same, compared
+
+
 def summarize(records: list[dict], configs: list[str]) -> dict:
     out = {}
     for config in configs:
@@ -95,6 +119,7 @@ def summarize(records: list[dict], configs: list[str]) -> dict:
             "new_tokens_per_run": _ratio(total("new_tokens"), len(runs)),
             "prompt_tokens_per_run": _ratio(total("prompt_tokens"), len(runs)),
             "prefill_tokens_per_run": _ratio(total("prefill_tokens"), len(runs)),
+            "same_as_plain": same_as_plain(records, config),
         }
         # Where the time of a model run goes (means over model runs; server configurations only).
         timed = [r for r in runs if r["engine_ms"] is not None and r["job_ms"] is not None]
@@ -147,15 +172,19 @@ def _num(v, digits=2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _same(v) -> str:
+    return "-" if v is None else f"{v[0]}/{v[1]}"
+
+
 def table(summary: dict) -> str:
     rows = ["| configuration | requests | model runs | cache hits | p50 ms | p95 ms | p99 ms | "
-            "p50 ms, model runs | acceptance | tokens / target pass | KV reuse | late |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "p50 ms, model runs | acceptance | tokens / target pass | KV reuse | late | same output as 5 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary.values():
         rows.append(f"| {s['label']} | {s['requests']} | {s['model_runs']} | {s['cache_hits']} | "
                     f"{_ms(s['p50_ms'])} | {_ms(s['p95_ms'])} | {_ms(s['p99_ms'])} | {_ms(s['model_p50_ms'])} | "
                     f"{_pct(s['acceptance'])} | {_num(s['tokens_per_target_call'])} | {_pct(s['kv_reuse'])} | "
-                    f"{s['late']} |")
+                    f"{s['late']} | {_same(s['same_as_plain'])} |")
     return "\n".join(rows)
 
 
@@ -189,7 +218,9 @@ def markdown(summary: dict, meta: dict) -> str:
         "same prompt with the completion pipeline plus `generate()`. *Model runs*: requests that ran "
         "the model (the rest were cache hits). *Tokens / target pass*: generated tokens per target "
         "forward pass, prefill included. *KV reuse*: prompt tokens served from the KV cache. *Late*: "
-        "answers that came after the typist's next keystroke would have.", "",
+        "answers that came after the typist's next keystroke would have. *Same output as 5*: model "
+        "runs whose raw output equals plain greedy `generate()` at the same keystroke (up to the "
+        "stop string), the lossless check.", "",
         "## Goals (default pair, 2-core CPU)", "",
         "| goal | measured | met |", "|---|---|---|",
     ]
@@ -230,7 +261,7 @@ def plot(records: list[dict], summary: dict, path: Path) -> Path | None:
     ax.set_ylabel("fraction of requests")
     ax.set_title("latency distribution (dotted: 100 ms, dashed: 200 ms)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
 
     names, hf_labelled = [], False
     configs = [c for c, s in summary.items() if s.get("breakdown_ms")]

@@ -92,7 +92,8 @@ def engine_replay(engine, session: list[Keystroke], layout: str, max_new_tokens:
         lat.append((time.perf_counter() - t) * 1000)
         prefill_ms.append(pipe.last_stats.get("prefill_ms", 0.0))
     s = pipe.stats_summary()
-    return {"requests": s["requests"], "kv_reuse": s["kv_reuse"], "prefill_tokens": s["prefill_tokens"],
+    return {"requests": s["requests"], "kv_reuse": s["kv_reuse"], "draft_kv_reuse": s["draft_kv_reuse"],
+            "prefill_tokens": s["prefill_tokens"],
             "reused_tokens": s["reused_tokens"],
             "prefill_ms_p50": round(statistics.median(prefill_ms), 2),
             "prefill_ms_total": round(sum(prefill_ms), 1),

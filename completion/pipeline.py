@@ -115,6 +115,8 @@ class PipelineStats:
     decode_calls: int = 0          # target calls after prefill
     prefill_tokens: int = 0
     reused_tokens: int = 0
+    draft_prefill_tokens: int = 0
+    draft_reused_tokens: int = 0
     prompt_tokens: int = 0
     prompt_shared_tokens: int = 0  # longest common prefix with the previous prompt of the document
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
@@ -131,6 +133,7 @@ class PipelineStats:
             "acceptance_rate": ratio(self.accepted, self.drafted),
             "tokens_per_target_call": ratio(self.new_tokens, self.decode_calls),
             "kv_reuse": ratio(self.reused_tokens, self.reused_tokens + self.prefill_tokens),
+            "draft_kv_reuse": ratio(self.draft_reused_tokens, self.draft_reused_tokens + self.draft_prefill_tokens),
             "prompt_reuse": ratio(self.prompt_shared_tokens, self.prompt_tokens),
             "drafted": self.drafted, "accepted": self.accepted, "new_tokens": self.new_tokens,
             "prefill_tokens": self.prefill_tokens, "reused_tokens": self.reused_tokens,
@@ -228,18 +231,15 @@ class CompletionPipeline:
 
         target = self.template("target", options.fim_template)
         draft = self.template("draft", options.draft_fim_template)
-        count = self._counter(target)
-        prefix_budget, suffix_budget, extra_budget = self._budgets(options)
-        window = cut_window(cur, count, prefix_budget, suffix_budget, options.window_step_lines)
-        with self._lock:
-            extra = self.extra.select(req.uri, extra_budget, count)
         path = uri_to_path(req.uri)
         t_layout = target.resolve_layout(options.fim_layout)
-        target_ids = target.build(window.prefix, window.suffix, t_layout, extra, path=path)
+        target_ids, window, extra = self._prompt(target, self.engine.target, req.uri, cur, options,
+                                                 t_layout, path)
         draft_ids = d_layout = None
         if draft is not None:
+            # The draft's own window, in its own tokens and within its own context length.
             d_layout = draft.resolve_layout(options.fim_layout)
-            draft_ids = draft.build(window.prefix, window.suffix, d_layout, extra, path=path)
+            draft_ids, _, _ = self._prompt(draft, self.engine.draft, req.uri, cur, options, d_layout, path)
 
         single_line = options.multiline == "never" or bool(
             options.multiline == "auto" and cur.rest_of_line.strip() and not is_closers_only(cur.rest_of_line))
@@ -263,6 +263,8 @@ class CompletionPipeline:
             s.decode_calls += max(0, st.target_calls - (1 if st.prefill_tokens else 0))
             s.prefill_tokens += st.prefill_tokens
             s.reused_tokens += st.reused_tokens
+            s.draft_prefill_tokens += getattr(st, "draft_prefill_tokens", 0)
+            s.draft_reused_tokens += getattr(st, "draft_reused_tokens", 0)
             s.prompt_tokens += len(target_ids)
             s.prompt_shared_tokens += shared
             if result.stop_reason == "cancelled":
@@ -286,22 +288,31 @@ class CompletionPipeline:
         self.last_stats = stats
         return self._result(cur, text, replace, False, stats) if text else None
 
-    def _budgets(self, options: CompletionOptions) -> tuple[int, int, int]:
-        """Token budgets shrunk (extra first, then suffix, then prefix) to fit the engine's
-        KV cache limit, so large settings degrade context instead of failing every request."""
+    def _prompt(self, template: FimTemplate, model, uri: str, cur: Cursor, options: CompletionOptions,
+                layout: str, path: str):
+        """(prompt ids, window, extra chunks) for one model, within that model's budgets."""
+        count = self._counter(template)
+        prefix_budget, suffix_budget, extra_budget = self._budgets(options, model)
+        window = cut_window(cur, count, prefix_budget, suffix_budget, options.window_step_lines)
+        with self._lock:
+            extra = self.extra.select(uri, extra_budget, count)
+        return template.build(window.prefix, window.suffix, layout, extra, path=path), window, extra
+
+    def _budgets(self, options: CompletionOptions, model=None) -> tuple[int, int, int]:
+        """Token budgets scaled down together to fit the model's context and the engine's KV
+        cache limit, so large settings (or a small model) shrink context instead of failing."""
+        model = model if model is not None else getattr(self.engine, "target", None)
         limits = [getattr(getattr(self.engine, "config", None), "max_cache_tokens", None),
-                  getattr(getattr(self.engine, "target", None), "max_positions", None)]
+                  getattr(model, "max_positions", None)]
         limits = [x for x in limits if isinstance(x, int) and x > 0]
-        budgets = [options.prefix_tokens, options.suffix_tokens, options.extra_tokens]
+        budgets = (options.prefix_tokens, options.suffix_tokens, options.extra_tokens)
         if not limits:
-            return tuple(budgets)
-        limit = min(limits)
-        over = sum(budgets) + options.max_new_tokens + PROMPT_OVERHEAD_TOKENS - limit
-        for i in (2, 1, 0):
-            cut = min(max(over, 0), budgets[i] - (1 if i == 0 else 0))
-            budgets[i] -= cut
-            over -= cut
-        return tuple(budgets)
+            return budgets
+        room = min(limits) - options.max_new_tokens - PROMPT_OVERHEAD_TOKENS
+        if sum(budgets) <= room:
+            return budgets
+        scale = max(room, 1) / sum(budgets)
+        return (max(1, int(budgets[0] * scale)), int(budgets[1] * scale), int(budgets[2] * scale))
 
     @staticmethod
     def _result(cur: Cursor, text: str, replace: int, from_cache: bool, stats: dict) -> Completion:

@@ -3,8 +3,8 @@
 Rules, from what users complain about most:
 * never repeat what is already after the cursor (rest of the line, the next lines);
 * code to the right of the cursor -> one line; at the end of a line -> several lines, stopped at
-  a line that dedents below the cursor's block, at a blank line after a complete block, or at
-  `max_lines`;
+  a line that dedents below the cursor's block, at a blank line after a complete block, at a
+  line the model repeats a third time in a row, or at `max_lines`;
 * rest of line only auto-inserted closers (``)`` ``]`` ``"`` ...) that the completion closes
   itself -> replace them (a range) instead of duplicating them;
 * empty or whitespace-only -> None.
@@ -112,6 +112,9 @@ def _cut_lines(text: str, cur: Cursor, max_lines: int, tab_size: int) -> str | N
             break                       # left the cursor's block
         if nxt is not None and ln.strip() == nxt.strip():
             break                       # the model started repeating the code below
+        if len(kept) >= 2 and ln == kept[-1] == kept[-2]:
+            kept.pop()                  # a model stuck in a loop: keep one copy of the line
+            break
         kept.append(ln)
     return "\n".join(kept)
 

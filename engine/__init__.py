@@ -1,9 +1,21 @@
-"""specfill engine: lossless speculative decoding with KV sessions that live across requests."""
-from .generate import DraftLength, Engine, speculative_generate
-from .kv import ContextTooLong, KVPool, KVSession
-from .models import LoadedModel, ModelLoadError, load_model
-from .settings import EngineConfig, GenerationResult, GenerationSettings, GenerationStats
+"""specfill engine: lossless speculative decoding with KV sessions that live across requests.
 
-__all__ = ["Engine", "EngineConfig", "GenerationSettings", "GenerationResult", "GenerationStats",
-           "ModelLoadError", "ContextTooLong", "LoadedModel", "load_model", "KVPool", "KVSession",
-           "DraftLength", "speculative_generate"]
+Names are imported lazily so that `specfill serve` can set up its stdio streams before
+torch is loaded.
+"""
+import importlib
+
+_EXPORTS = {
+    "Engine": "generate", "DraftLength": "generate", "speculative_generate": "generate",
+    "ContextTooLong": "kv", "KVPool": "kv", "KVSession": "kv",
+    "LoadedModel": "models", "ModelLoadError": "models", "load_model": "models",
+    "EngineConfig": "settings", "GenerationResult": "settings", "GenerationSettings": "settings",
+    "GenerationStats": "settings",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -75,7 +75,10 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
     with torch.inference_mode():
         reused, computed = session.sync(prompt[:-1])
         stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
-        drafter.begin(prompt, draft_prompt)
+        try:
+            drafter.begin(prompt, draft_prompt)
+        except ContextTooLong:  # the draft's context is shorter: go on without it
+            drafter = NoDrafter()
         d_prefill = getattr(drafter, "prefill", (0, 0))
         stats.draft_reused_tokens, stats.draft_prefill_tokens = d_prefill
     stats.prefill_ms = (time.perf_counter() - t0) * 1000
@@ -96,7 +99,10 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
                 break
             k = min(fixed_k if fixed_k is not None else draft_length.k, max_new - len(out) - 1)
             t1 = time.perf_counter()
-            draft = drafter.propose(seq, gen_bytes, k, sampling) if k > 0 else Draft([])
+            try:
+                draft = drafter.propose(seq, gen_bytes, k, sampling) if k > 0 else Draft([])
+            except ContextTooLong:
+                drafter, draft = NoDrafter(), Draft([])
             cand = draft.tokens[:max(k, 0)]
             t2 = time.perf_counter()
             try:

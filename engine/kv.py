@@ -19,6 +19,15 @@ class ContextTooLong(ValueError):
     pass
 
 
+def model_max_positions(model) -> int | None:
+    cfg = model.config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
 def common_prefix_len(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
@@ -36,7 +45,8 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 class KVSession:
     def __init__(self, model: torch.nn.Module, max_tokens: int, lean: bool = True):
         self.model = model
-        self.max_tokens = max_tokens
+        positions = model_max_positions(model)
+        self.max_tokens = min(max_tokens, positions) if positions else max_tokens
         param = next(model.parameters())
         self.device = param.device
         self.ids: list[int] = []
@@ -62,7 +72,8 @@ class KVSession:
     def _forward(self, new_ids: list[int], logits_to_keep: int) -> torch.Tensor:
         if len(self.ids) + len(new_ids) > self.max_tokens:
             raise ContextTooLong(
-                f"{len(self.ids) + len(new_ids)} tokens exceed the KV session limit of {self.max_tokens}")
+                f"{len(self.ids) + len(new_ids)} tokens exceed the limit of {self.max_tokens} "
+                "(the model's context or the KV session budget)")
         t0 = time.perf_counter()
         with torch.inference_mode():
             logits = self._run(new_ids, logits_to_keep)

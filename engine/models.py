@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from .kv import model_max_positions
 from .vocab import TokenVocab, build_vocab
 
 log = logging.getLogger("specfill.engine")
@@ -31,12 +32,7 @@ class LoadedModel:
 
     @property
     def max_positions(self) -> int | None:
-        cfg = self.model.config
-        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-            v = getattr(cfg, attr, None)
-            if isinstance(v, int) and v > 0:
-                return v
-        return None
+        return model_max_positions(self.model)
 
 
 def resolve_name(name: str, role: str) -> str:

@@ -62,8 +62,8 @@ class GenerationStats:
 
     @property
     def tokens_per_target_call(self) -> float:
-        decode_calls = self.target_calls - (1 if self.prefill_tokens else 0)
-        return self.new_tokens / decode_calls if decode_calls > 0 else 0.0
+        # one target forward per round; the prefill (if any was needed) is not a decode call
+        return self.new_tokens / self.rounds if self.rounds else 0.0
 
     def as_dict(self) -> dict:
         d = asdict(self)

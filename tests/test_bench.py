@@ -41,7 +41,7 @@ def test_typing_script_rebuilds_the_file_and_asks_for_completions():
     assert any(k.request == "newline" for k in script.keystrokes)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)   # includes building the tiny pair when no other test has
 def test_replay_reports_figures_for_server_and_transformers(tmp_path):
     target, draft = tiny_pair()
     files = tmp_path / "files"

@@ -147,12 +147,17 @@ def test_crlf_document_gets_crlf_ghost_text(engines):
             assert a.text == b.text.replace("\n", "\r\n")
 
 
-def test_large_budgets_shrink_to_fit_the_engine_cache(engines):
-    pipe = CompletionPipeline(engines[1])
-    limit = engines[1].config.max_cache_tokens
-    opts = CompletionOptions(prefix_tokens=limit, suffix_tokens=1000, extra_tokens=1000, max_new_tokens=4)
+def test_large_budgets_shrink_to_fit_each_model(engines):
+    spec = engines[0]
+    pipe = CompletionPipeline(spec)
+    limit = min(spec.config.max_cache_tokens, spec.target.max_positions)
+    opts = CompletionOptions(prefix_tokens=8 * limit, suffix_tokens=1000, extra_tokens=1000, max_new_tokens=4)
     prefix, suffix, extra = pipe._budgets(opts)
-    assert (suffix, extra) == (0, 0) and 0 < prefix <= limit - 4
+    assert prefix + suffix + extra <= limit - 4 and min(prefix, suffix, extra) > 0
+    assert prefix > suffix == extra                                    # proportions kept
     big = "".join(f"value_{i} = compute({i}, 'x' * {i})\n" for i in range(3000))
     pipe.complete(CompletionRequest(URI, big, 2000, 0), opts)          # no ContextTooLong
     assert pipe.last_stats["prompt_tokens"] + 4 <= limit
+    # the draft's prompt is cut to the draft's own context length, in its own tokens
+    assert pipe.last_stats["draft_prompt_tokens"] + 4 <= min(spec.config.max_cache_tokens,
+                                                              spec.draft.max_positions)

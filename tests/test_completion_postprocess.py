@@ -51,6 +51,8 @@ CASES = [
     ("class A:|\n", "\n    x = 1\n    y = 2\n    z = 3", ("\n    x = 1\n    y = 2", 0), {"max_lines": 3}),
     ("if (ok) {|\n}\n", "\n    run();\n}\nother();", ("\n    run();", 0)),
     ("x = 1|\n", "\n\n", None),
+    ("class P:\n    def __init__(self):\n        |\n", "self.a = 1\n        self.x = x\n        self.x = x\n"
+     "        self.x = x\n        self.x = x", ("self.a = 1\n        self.x = x", 0)),   # a looping model
     # tabs: the block is measured in columns
     ("def f(x):\n\tif x:\n\t\t|\n", "return 1\n\treturn 2\nprint()", ("return 1", 0)),
     ("def f(x):\n\tif x:|\n", "\n\t\treturn 1\n\treturn 2", ("\n\t\treturn 1\n\treturn 2", 0)),

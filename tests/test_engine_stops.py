@@ -121,3 +121,23 @@ def test_continuation_encoding_round_trips_bytes(which):
         assert not set(ids) & vocab.special_ids
         assert ids and vocab.bytes_of(ids) + leftover == data[cut:]
     assert vocab.bytes_of(vocab.encode_text(text)) == text.encode("utf-8")
+
+
+def test_draft_with_a_shorter_context_is_dropped_not_fatal(tmp_path):
+    """A prompt longer than the draft's context: the request goes on without the draft."""
+    from transformers import GPTBigCodeForCausalLM
+
+    from tiny_models import bigcode_config
+
+    target_dir, _ = tiny_pair_dirs()
+    _, draft_tok = tiny_tokenizers()
+    GPTBigCodeForCausalLM(bigcode_config(len(draft_tok), n_positions=32)).save_pretrained(tmp_path)
+    draft_tok.save_pretrained(tmp_path)
+    eng = Engine(EngineConfig(target=target_dir, draft=str(tmp_path)))
+    base = Engine(EngineConfig(target=target_dir, draft="none"))
+    text = code_corpus()[1][:600]
+    t_ids, d_ids = _prompts(eng, text)
+    assert len(d_ids) > 32
+    got = eng.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=10))
+    assert got.token_ids == base.generate(t_ids, settings=GenerationSettings(max_new_tokens=10)).token_ids
+    assert got.stats.drafted == 0

@@ -129,8 +129,8 @@ async def test_a_burst_of_a_thousand_requests(client):
 
 async def test_requests_across_many_documents_are_capped(client):
     """At most MAX_INFLIGHT (4) requests wait or decode at once; older ones are dropped."""
-    push_settings(client, {"debounceMs": 500})
-    await wait_until_setting(client, "debounceMs", 500)
+    push_settings(client, {"debounceMs": 1000})
+    await wait_until_setting(client, "debounceMs", 1000)
     uris = [f"file:///work/many{i}.py" for i in range(6)]
     for uri in uris:
         open_doc(client, uri, GOOD)

@@ -3,8 +3,8 @@
 The draft is only useful where it predicts the TARGET's greedy choice, not the corpus. So we
 let the trained target complete prompts cut from the training corpus, exactly as at inference
 (FIM prompts ending at ▁<MID> in PSM and SPM order, and left-to-right prefixes), greedily, and
-train the draft on those completions written in its own StarCoder format, mixed half and half
-with the ordinary corpus stream so it does not forget. Called from training/train.py
+train the draft on those completions written in its own StarCoder format, mixed with the ordinary
+corpus stream so it does not forget; the loss counts only the target-written tokens of those. Called from training/train.py
 (--distill-minutes); a control run continues the draft for the same time on the corpus only,
 so the acceptance gain is not just "more training".
 """
@@ -19,9 +19,10 @@ import torch
 from training.corpus import (choose_fim_span, codellama_fim_end, codellama_format, fim_prompt_ids,
                              split_into_chunks, starcoder_format)
 
-PROMPT_CHARS = 1200      # prompt context cut from a training chunk
+PROMPT_CHARS = 800       # prompt context cut from a training chunk
 CONTINUE_TOKENS = 48     # target tokens generated per prompt
 BATCH = 16
+KD_SHARE = 0.25          # fraction of draft training tokens that are target completions (rest: corpus)
 
 
 def _encode(tok, text: str) -> list[int]:
@@ -47,8 +48,9 @@ def _prompts(texts: list[str], seed: int, chunk_chars: int):
 
 @torch.no_grad()
 def generate_samples(target, tok, texts: list[str], seed: int, minutes: float, chunk_chars: int,
-                     device: str) -> list[tuple[str, str, str, str]]:
-    """(kind, prefix, suffix, target's greedy continuation) for as many prompts as fit in minutes."""
+                     device: str) -> list[tuple[str, str, str, str, bool]]:
+    """(kind, prefix, suffix, target's greedy continuation, whether it stopped) for as many
+    prompts as fit in minutes."""
     fmt, eot = codellama_format(tok), codellama_fim_end(tok)
     stop = {eot, tok.eos_token_id}
     target.eval().to(device)
@@ -75,33 +77,41 @@ def generate_samples(target, tok, texts: list[str], seed: int, minutes: float, c
                     row, ended = row[:j], True
                     break
             generated += len(row)
-            # A FIM middle that did not end inside the budget would teach the draft to stop early.
-            if kind == "l2r" or ended:
-                samples.append((kind, prefix, suffix, tok.decode(row)))
+            samples.append((kind, prefix, suffix, tok.decode(row), ended))
     print(f"[distill] {len(samples)} target samples, {generated:,} generated tokens in "
           f"{(time.time() - t0) / 60:.1f} min", flush=True)
     return samples
 
 
-def draft_stream_from_samples(samples, draft_tok) -> list[int]:
-    """The target's completions written in the draft's StarCoder format."""
+def draft_stream_from_samples(samples, draft_tok) -> tuple[list[int], list[int]]:
+    """The target's completions written in the draft's StarCoder format, and a loss mask that is
+    1 on the target-written tokens only (the prompts are corpus text)."""
     fmt = starcoder_format(draft_tok)
     enc = lambda s: _encode(draft_tok, s)  # noqa: E731
     stream: list[int] = []
-    for kind, prefix, suffix, middle in samples:
+    mask: list[int] = []
+    for kind, prefix, suffix, middle, ended in samples:
+        # The end token only where the target itself stopped, so the draft learns when it stops.
+        end = [fmt.end] if ended else []
         if kind == "l2r":
-            stream += [*enc(prefix), *enc(middle), fmt.end]
+            prompt = enc(prefix)
         else:
-            stream += fim_prompt_ids(fmt, enc, prefix, suffix, kind == "spm") + enc(middle) + [fmt.end]
-    return stream
+            prompt = fim_prompt_ids(fmt, enc, prefix, suffix, kind == "spm")
+        answer = enc(middle) + end
+        stream += prompt + answer
+        mask += [0] * len(prompt) + [1] * len(answer)
+    return stream, mask
 
 
-def mixed_stream(kd: list[int], corpus_stream: torch.Tensor, seed: int) -> torch.Tensor:
-    """Distilled tokens plus an equal-sized random slice of the corpus stream."""
+def mixed_stream(kd: tuple[list[int], list[int]], corpus_stream: torch.Tensor,
+                 seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distilled tokens plus a random slice of the corpus stream, KD_SHARE of the result distilled."""
     g = torch.Generator().manual_seed(seed)
-    n = min(len(kd), len(corpus_stream) - 1)
+    ids, mask = kd
+    n = min(int(sum(mask) * (1 - KD_SHARE) / KD_SHARE), len(corpus_stream) - 1)
     start = int(torch.randint(0, len(corpus_stream) - n, (1,), generator=g))
-    return torch.cat([torch.tensor(kd, dtype=torch.int32), corpus_stream[start:start + n]])
+    return (torch.cat([torch.tensor(ids, dtype=torch.int32), corpus_stream[start:start + n]]),
+            torch.cat([torch.tensor(mask, dtype=torch.bool), torch.ones(n, dtype=torch.bool)]))
 
 
 def load_or_generate(path: str, target, tok, texts, seed, minutes, chunk_chars, device):

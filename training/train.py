@@ -117,7 +117,7 @@ def prepare_tokenizers(corpus: Corpus, run_dir: str):
 def prepare_stream(name: str, texts: list[str], tok, seed: int, run_dir: str) -> torch.Tensor:
     """Pre-tokenized training stream for one model, cached in the run folder."""
     path = os.path.join(run_dir, f"stream_{name}.pt")
-    if os.path.exists(path):
+    if os.path.exists(path):   # cached: the corpus it was built from is in stream_<name>.json
         return torch.load(path)
     if name == "target":
         fmt, fim_end = codellama_format(tok), codellama_fim_end(tok)
@@ -127,15 +127,33 @@ def prepare_stream(name: str, texts: list[str], tok, seed: int, run_dir: str) ->
     ids = token_stream(texts, fmt, fim_end, encoder(tok), seed, CHUNK_CHARS, FIM_RATE)
     stream = torch.tensor(ids, dtype=torch.int32)
     torch.save(stream, path)
+    with open(os.path.join(run_dir, f"stream_{name}.json"), "w") as fh:
+        json.dump({"files": len(texts), "bytes": sum(len(t.encode()) for t in texts),
+                   "tokens": len(stream)}, fh)
     return stream
 
 
-def get_batch(stream: torch.Tensor, step: int, seed: int, s: TrainSettings, device: str):
-    """Random windows, a pure function of (seed, step): resuming replays the same data."""
+def stream_source(name: str, run_dir: str, texts: list[str]) -> dict:
+    """Files and bytes the cached stream was built from (the installed packages may have changed)."""
+    path = os.path.join(run_dir, f"stream_{name}.json")
+    if os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    return {"files": len(texts), "bytes": sum(len(t.encode()) for t in texts), "tokens": None}
+
+
+def get_batch(stream: torch.Tensor, step: int, seed: int, s: TrainSettings, device: str,
+              loss_mask: torch.Tensor | None = None):
+    """Random windows and their labels, a pure function of (seed, step): resuming replays the
+    same data. Labels are -100 where loss_mask is False (distillation prompts)."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    starts = torch.randint(0, len(stream) - s.seq_len, (s.batch_size,), generator=g)
-    x = torch.stack([stream[i:i + s.seq_len] for i in starts.tolist()]).long()
-    return x.to(device)
+    starts = torch.randint(0, len(stream) - s.seq_len, (s.batch_size,), generator=g).tolist()
+    x = torch.stack([stream[i:i + s.seq_len] for i in starts]).long()
+    labels = x.clone()
+    if loss_mask is not None:
+        keep = torch.stack([loss_mask[i:i + s.seq_len] for i in starts])
+        labels[~keep] = -100
+    return x.to(device), labels.to(device)
 
 
 def lr_at(progress: float, step: int, s: TrainSettings) -> float:
@@ -148,14 +166,16 @@ def lr_at(progress: float, step: int, s: TrainSettings) -> float:
 @torch.no_grad()
 def estimate_loss(model, stream: torch.Tensor, s: TrainSettings, device: str, batches: int = 4) -> float:
     model.eval()
-    losses = [model(input_ids=(x := get_batch(stream, 10_000_000 + i, 1, s, device)), labels=x).loss.item()
-              for i in range(batches)]
+    losses = []
+    for i in range(batches):
+        x, labels = get_batch(stream, 10_000_000 + i, 1, s, device)
+        losses.append(model(input_ids=x, labels=labels).loss.item())
     model.train()
     return sum(losses) / len(losses)
 
 
 def train_model(name: str, model, train_stream, val_stream, s: TrainSettings, seed: int,
-                run_dir: str, device: str) -> dict:
+                run_dir: str, device: str, loss_mask: torch.Tensor | None = None) -> dict:
     """nanoGPT-style loop with a wall-clock or token budget and resumable checkpoints."""
     ckpt_path = os.path.join(run_dir, f"ckpt_{name}.pt")
     model.to(device).train()
@@ -192,9 +212,9 @@ def train_model(name: str, model, train_stream, val_stream, s: TrainSettings, se
         lr = lr_at(progress(), state["step"], s)
         for group in opt.param_groups:
             group["lr"] = lr
-        x = get_batch(train_stream, state["step"], seed, s, device)
+        x, labels = get_batch(train_stream, state["step"], seed, s, device, loss_mask)
         with autocast:
-            loss = model(input_ids=x, labels=x).loss
+            loss = model(input_ids=x, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
         opt.step()
@@ -283,6 +303,7 @@ def main(argv=None) -> None:
         streams[name] = (stream, val)
         print(f"[{name}] training stream {len(stream):,} tokens "
               f"({len(stream) / corpus.train_bytes():.3f} tokens/byte), held-out {len(val):,}", flush=True)
+        source = stream_source(name, args.runs, texts)
         torch.manual_seed(args.seed)
         model = build_model(spec, tok)
         settings = TrainSettings(minutes=minutes, tokens=tokens, lr=lr)
@@ -291,7 +312,7 @@ def main(argv=None) -> None:
                 "tokens_seen": state["tokens"], "steps": state["step"],
                 "train_minutes": round(state["elapsed"] / 60, 2), "device": device,
                 "threads": torch.get_num_threads(), "seed": args.seed,
-                "corpus_train_files": len(corpus.train), "corpus_train_bytes": corpus.train_bytes(),
+                "corpus_train_files": source["files"], "corpus_train_bytes": source["bytes"],
                 "stream_tokens": len(stream), "heldout_loss_nats_per_token": state["val_loss"]}
         save_shipped(model, tok, os.path.join(args.out, name), info)
         if name == "draft" and args.distill_minutes > 0:   # keep the undistilled draft for comparison
@@ -311,19 +332,19 @@ def distill_draft(args, texts, target_tok, draft_tok, draft_streams, device) -> 
                                args.seed + 2, args.distill_gen_minutes, CHUNK_CHARS, device)
     kd = draft_stream_from_samples(samples, draft_tok)
     corpus_stream, val = draft_streams
-    variants = [("draft_kd", mixed_stream(kd, corpus_stream, args.seed))]
+    variants = [("draft_kd", *mixed_stream(kd, corpus_stream, args.seed))]
     if args.distill_control:
-        variants.append(("draft_control", corpus_stream))
+        variants.append(("draft_control", corpus_stream, None))
     base = torch.load(os.path.join(args.runs, "ckpt_draft.pt"), map_location="cpu")
-    for name, stream in variants:
+    for name, stream, loss_mask in variants:
         model = build_model(DRAFT, draft_tok)
         model.load_state_dict(base["model"])
         settings = TrainSettings(minutes=args.distill_minutes, lr=1e-3, warmup_steps=20)
-        state = train_model(name, model, stream, val, settings, args.seed, args.runs, device)
+        state = train_model(name, model, stream, val, settings, args.seed, args.runs, device, loss_mask)
         info = {"spec": asdict(DRAFT), "settings": asdict(settings), "parameters": param_count(model),
                 "continued_from": "draft", "base_tokens_seen": base["state"]["tokens"],
                 "tokens_seen": base["state"]["tokens"] + state["tokens"],
-                "distill_samples": len(samples), "distill_tokens": len(kd),
+                "distill_samples": len(samples), "distill_tokens": sum(kd[1]),
                 "train_minutes": round((base["state"]["elapsed"] + state["elapsed"]) / 60, 2),
                 "device": device, "threads": torch.get_num_threads(), "seed": args.seed,
                 "heldout_loss_nats_per_token": state["val_loss"]}

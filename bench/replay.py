@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -339,7 +340,7 @@ def main(argv=None) -> int:
     print(f"specfill bench: {len(scripts)} files, {sum(len(s.keystrokes) for s in scripts)} keystrokes, "
           f"{n_requests} completion requests per configuration", file=sys.stderr)
 
-    command = "specfill bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = shlex.join(["specfill", "bench", *(sys.argv[1:] if argv is None else argv)])
     meta = {"command": command.strip(), "machine": machine_description(args), "settings": settings,
             "files": [s.name for s in scripts], "typed_lines": args.typed_lines,
             "editor_debounce_ms": args.editor_debounce_ms, "time_scale": args.time_scale,

@@ -243,6 +243,7 @@ def plot(records: list[dict], summary: dict, path: Path) -> Path | None:
     matplotlib is missing."""
     try:
         import matplotlib
+        import matplotlib.ticker
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -257,6 +258,9 @@ def plot(records: list[dict], summary: dict, path: Path) -> Path | None:
     for goal, style in ((GOAL_P50_MS, ":"), (GOAL_P95_MS, "--")):
         ax.axvline(goal, color="grey", linestyle=style, linewidth=1)
     ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("request -> ghost text (ms, log scale)")
     ax.set_ylabel("fraction of requests")
     ax.set_title("latency distribution (dotted: 100 ms, dashed: 200 ms)")

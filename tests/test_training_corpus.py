@@ -141,3 +141,21 @@ def test_build_corpus_skips_tests_and_copies_holds_out_packages_and_is_determini
                      ["site/alpha/copy_of_core.py", "site/beta/other.py"])
     assert a.dropped_duplicates == 1
     assert [f.relpath for f in a.held_out] == ["site/pygls/server.py"]
+
+
+def test_distillation_stream_counts_only_target_written_tokens(tokenizers):
+    import torch
+    from training.distill import draft_stream_from_samples, mixed_stream
+    _, tok = tokenizers
+    samples = [("psm", "def f(x):\n", "\n    return y\n", "    y = x + 1", True),
+               ("l2r", "import os\n", "", "import sys\n", False)]
+    ids, mask = draft_stream_from_samples(samples, tok)
+    assert len(ids) == len(mask)
+    learned = [t for t, m in zip(ids, mask) if m]
+    end = tok.convert_tokens_to_ids("<|endoftext|>")
+    # the stopped FIM middle keeps its end token; the cut-off continuation gets none
+    assert tok.decode(learned) == "    y = x + 1<|endoftext|>import sys\n"
+    assert learned.count(end) == 1
+    stream, loss_mask = mixed_stream((ids, mask), torch.arange(1000, dtype=torch.int32), seed=0)
+    assert len(stream) == len(loss_mask)
+    assert int(loss_mask.sum()) == sum(mask) * 4   # 25% of the counted tokens are distilled

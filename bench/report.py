@@ -96,6 +96,15 @@ def same_as_plain(records: list[dict], config: str) -> tuple[int, int] | None:
     return same, compared
 
 
+def prompt_mismatches(records: list[dict], config: str) -> int:
+    """Model runs whose prompt length differs from generate()'s at the same keystroke: the
+    configurations did not see the same prompts (e.g. the code changed during the run)."""
+    ref = {(r["file"], r["keystroke"]): r["prompt_tokens"] for r in records
+           if r["config"] in ("hf-plain", "hf-assisted")}
+    return sum(1 for r in records if r["config"] == config and r["ran_model"]
+               and (r["file"], r["keystroke"]) in ref and r["prompt_tokens"] != ref[(r["file"], r["keystroke"])])
+
+
 def summarize(records: list[dict], configs: list[str]) -> dict:
     out = {}
     for config in configs:
@@ -120,6 +129,7 @@ def summarize(records: list[dict], configs: list[str]) -> dict:
             "prompt_tokens_per_run": _ratio(total("prompt_tokens"), len(runs)),
             "prefill_tokens_per_run": _ratio(total("prefill_tokens"), len(runs)),
             "same_as_plain": same_as_plain(records, config),
+            "prompt_mismatches": prompt_mismatches(records, config),
         }
         # Where the time of a model run goes (means over model runs; server configurations only).
         timed = [r for r in runs if r["engine_ms"] is not None and r["job_ms"] is not None]
@@ -213,6 +223,9 @@ def markdown(summary: dict, meta: dict) -> str:
         f"into the middle of each, {meta['requests_per_config']} completion requests per configuration "
         f"(editor asks after {meta['editor_debounce_ms']:.0f} ms without a keystroke).", "",
         table(summary), "",
+        *[f"**Warning**: {n} model runs of {s['label']} had other prompts than generate() at the same "
+          "keystroke; this run does not compare like with like (rerun it).  " for s in summary.values()
+          if (n := s.get("prompt_mismatches"))],
         "Latency: from sending `textDocument/inlineCompletion` to having the answer, as the editor "
         "sees it (server debounce, cache hits and empty answers included); for 4 and 5: building the "
         "same prompt with the completion pipeline plus `generate()`. *Model runs*: requests that ran "
@@ -265,7 +278,7 @@ def plot(records: list[dict], summary: dict, path: Path) -> Path | None:
     ax.set_ylabel("fraction of requests")
     ax.set_title("latency distribution (dotted: 100 ms, dashed: 200 ms)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="lower right")
 
     names, hf_labelled = [], False
     configs = [c for c, s in summary.items() if s.get("breakdown_ms")]

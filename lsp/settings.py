@@ -90,8 +90,10 @@ class Settings:
         "`always`, or `never` (stop at the end of the line).",
         "`auto`, `always`, `never`", choices=("auto", "always", "never"))
     debounceMs: int = _setting(
-        20, "Server-side wait after a request before decoding starts; a newer request for the "
-        "same document during the wait replaces it.", "integer 0-5000", min=0, max=5000)
+        0, "Server-side wait after a request before decoding starts; a newer request for the "
+        "same document during the wait replaces it. Editors already debounce and a superseded "
+        "decode stops within one step, so 0 (answer at once) is the default.", "integer 0-5000",
+        min=0, max=5000)
     timeBudgetMs: int = _setting(
         0, "Stop decoding after this many milliseconds and show what is ready; 0 = no limit.",
         "integer 0-60000", min=0, max=60000)

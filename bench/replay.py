@@ -294,7 +294,7 @@ def parse_args(argv):
     ap.add_argument("--editor-debounce-ms", type=float, default=EDITOR_DEBOUNCE_MS,
                     help="quiet time after a keystroke before the editor asks for a completion")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads for server and generate() (0 = default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads for server and generate() (0 = the engine's auto policy)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default bench/results)")
     ap.add_argument("--machine", default="", help="words describing the machine, quoted in the report")
     return ap.parse_args(argv)
@@ -326,9 +326,9 @@ def main(argv=None) -> int:
     unknown = [c for c in configs if c not in ALL_CONFIGS]
     if unknown:
         raise SystemExit(f"specfill bench: unknown configuration(s) {unknown}; choose from {list(ALL_CONFIGS)}")
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
+    # generate() here runs with the same thread policy as the server's engine
+    from engine.generate import set_threads
+    set_threads(args.threads, "auto")
     args.out.mkdir(parents=True, exist_ok=True)
     scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms)
     settings = server_settings(args)

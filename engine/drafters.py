@@ -191,15 +191,15 @@ class TextDrafter:
         return b""
 
     def _mask_for(self, pending: bytes, vocab_size: int) -> torch.Tensor | None:
-        """Bool mask of tokens compatible with pending bytes (start with them, or are a prefix)."""
-        allowed = self._prefix_index.get(pending[:4])
+        """Bool mask of the tokens compatible with the pending bytes: tokens that start with
+        them, and shorter tokens that are a prefix of them."""
         mask = torch.zeros(vocab_size, dtype=torch.bool)
-        if allowed is not None:
+        starting = self._prefix_index.get(pending[:4])  # indexed by up to 4 leading bytes
+        if starting is not None:
             if len(pending) > 4:
-                allowed = torch.tensor([t for t in allowed.tolist() if self.dv.token_bytes[t].startswith(pending)]
-                                       or [], dtype=torch.long)
-            if allowed.numel():
-                mask[allowed[allowed < vocab_size]] = True
+                tb = self.dv.token_bytes
+                starting = torch.tensor([t for t in starting.tolist() if tb[t].startswith(pending)], dtype=torch.long)
+            mask[starting[starting < vocab_size]] = True
         for n in range(1, len(pending)):
             tid = self.dv.bytes_to_id.get(pending[:n])
             if tid is not None and tid < vocab_size:

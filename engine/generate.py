@@ -72,6 +72,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
     calls0, fwd0 = session.forward_calls, session.forward_ms
     d_pool = getattr(drafter, "pool", None)
     d_fwd0 = sum(s.forward_ms for s in d_pool.sessions) if d_pool else 0.0
+    model_drafter, draft_calls0 = drafter, drafter.draft_calls  # kept for stats if dropped below
     with torch.inference_mode():
         reused, computed = session.sync(prompt[:-1])
         stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
@@ -88,7 +89,6 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
     gen_bytes = b""
     text_checked = 0
     stop_reason = "max_tokens"
-    draft_calls0 = drafter.draft_calls
     with torch.inference_mode():
         while len(out) < max_new:
             if cancel is not None and cancel.is_set():
@@ -150,15 +150,12 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
                     stop_reason = "stop_string"
                     break
 
-    if len(out) > max_new:
-        out = out[:max_new]
-        gen_bytes = target.vocab.bytes_of(out)
     stats.new_tokens = len(out)
     stats.target_calls = session.forward_calls - calls0
     stats.target_forward_ms = session.forward_ms - fwd0
     if d_pool:
         stats.draft_forward_ms = sum(s.forward_ms for s in d_pool.sessions) - d_fwd0
-    stats.draft_calls = drafter.draft_calls - draft_calls0
+    stats.draft_calls = model_drafter.draft_calls - draft_calls0
     stats.final_draft_length = fixed_k if fixed_k is not None else draft_length.k
     stats.latency_ms = (time.perf_counter() - t0) * 1000
     return GenerationResult(text=decode_bytes(gen_bytes), token_ids=out, stop_reason=stop_reason, stats=stats)

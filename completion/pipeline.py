@@ -260,7 +260,7 @@ class CompletionPipeline:
             s.drafted += st.drafted
             s.accepted += st.accepted
             s.new_tokens += st.new_tokens
-            s.decode_calls += max(0, st.target_calls - (1 if st.prefill_tokens else 0))
+            s.decode_calls += st.rounds  # one target forward per round; prefill excluded
             s.prefill_tokens += st.prefill_tokens
             s.reused_tokens += st.reused_tokens
             s.draft_prefill_tokens += getattr(st, "draft_prefill_tokens", 0)

@@ -82,6 +82,9 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     that is not a causal LM, or a missing tokenizer raises ModelLoadError."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stderr carries our own one-line messages and logs
 
     path = resolve_name(name, role)
     looks_like_path = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1

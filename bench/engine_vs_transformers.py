@@ -56,8 +56,10 @@ def main(argv=None):
 
     from transformers import AutoModelForCausalLM
 
-    configs = {"specfill draft": args.draft, "specfill ngram": "ngram", "specfill none": "none"}
-    engines = {name: Engine(EngineConfig(target=args.target, draft=d, max_sessions=1)) for name, d in configs.items()}
+    configs = {"specfill draft": (args.draft, True), "specfill ngram": ("ngram", True),
+               "specfill none": ("none", True), "specfill none, transformers forward": ("none", False)}
+    engines = {name: Engine(EngineConfig(target=args.target, draft=d, max_sessions=1, lean=lean))
+               for name, (d, lean) in configs.items()}
     ref = engines["specfill none"]
     hf_target = ref.target.model
     hf_draft = engines["specfill draft"].draft.model if engines["specfill draft"].draft else None

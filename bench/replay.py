@@ -327,7 +327,7 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"specfill bench: unknown configuration(s) {unknown}; choose from {list(ALL_CONFIGS)}")
     # generate() here runs with the same thread policy as the server's engine
-    from engine.generate import set_threads
+    from engine.threads import set_threads
     set_threads(args.threads, "auto")
     args.out.mkdir(parents=True, exist_ok=True)
     scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms)

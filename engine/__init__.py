@@ -6,7 +6,7 @@ torch is loaded.
 import importlib
 
 _EXPORTS = {
-    "Engine": "generate", "DraftLength": "generate", "speculative_generate": "generate",
+    "Engine": "engine", "DraftLength": "generate", "speculative_generate": "generate",
     "ContextTooLong": "kv", "KVPool": "kv", "KVSession": "kv",
     "LoadedModel": "models", "ModelLoadError": "models", "load_model": "models",
     "EngineConfig": "settings", "GenerationResult": "settings", "GenerationSettings": "settings",

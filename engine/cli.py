@@ -39,7 +39,7 @@ def generate_main(argv: list[str]) -> int:
     if args.max_new_tokens < 1:
         p.error("--max-new-tokens must be at least 1")
 
-    from .generate import Engine
+    from .engine import Engine
     from .models import ModelLoadError
     from .settings import EngineConfig, GenerationSettings
 

@@ -1,4 +1,4 @@
-"""Speculative decoding in one function, and the Engine that holds models between requests.
+"""Speculative decoding in one function.
 
 One round: the drafter proposes k target ids, the target scores [last, *candidates] in ONE
 forward pass, the verification rule accepts a prefix and adds the target's own next token.
@@ -7,18 +7,17 @@ computes exactly len(candidates) + 1 positions.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
 
 import torch
 
-from .drafters import Draft, ModelDrafter, NgramDrafter, NoDrafter, Sampling, TextDrafter
+from .drafters import Draft, NoDrafter, Sampling
 from .kv import ContextTooLong, KVPool
-from .models import LoadedModel, ModelLoadError, load_model
+from .models import LoadedModel
 from .sampling import sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare
-from .settings import MAX_DRAFT_LENGTH, EngineConfig, GenerationResult, GenerationSettings, GenerationStats
+from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats
 from .vocab import decode_bytes
 
 
@@ -159,72 +158,3 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
     stats.final_draft_length = fixed_k if fixed_k is not None else draft_length.k
     stats.latency_ms = (time.perf_counter() - t0) * 1000
     return GenerationResult(text=decode_bytes(gen_bytes), token_ids=out, stop_reason=stop_reason, stats=stats)
-
-
-def set_threads(threads: int, device: str) -> None:
-    """Completion models are small: past a few threads, OpenMP synchronisation costs more than
-    it gains, and when the machine is busy (an editor, a build) an oversubscribed pool can be
-    a hundred times slower (measured here: 2.7 ms/token with 1 thread, 670 ms with 2 while
-    other work ran). Auto leaves half the cores to everything else."""
-    if threads <= 0:
-        if os.environ.get("OMP_NUM_THREADS"):
-            return  # the user chose; torch read it at start-up
-        if device not in ("auto", "cpu") or (device == "auto" and torch.cuda.is_available()):
-            return
-        threads = min(8, max(1, (os.cpu_count() or 2) // 2))
-    torch.set_num_threads(threads)
-
-
-def same_vocabulary(a, b) -> bool:
-    return a.get_vocab() == b.get_vocab()
-
-
-class Engine:
-    """Target + drafter + their KV pools, kept alive across requests."""
-
-    def __init__(self, config: EngineConfig | None = None):
-        self.config = config = config or EngineConfig()
-        set_threads(config.threads, config.device)
-        kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
-        self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
-        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean)
-        self.draft: LoadedModel | None = None
-        self.draft_length = DraftLength()
-        special = self.target.vocab.special_ids
-        if config.draft == "none":
-            self.drafter = NoDrafter()
-        elif config.draft == "ngram":
-            self.drafter = NgramDrafter(special_ids=special)
-        else:
-            self.draft = load_model(config.draft, "draft", **kw)
-            if self.draft.device != self.target.device and config.device_map is None:
-                raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
-            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean)
-            if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
-                self.drafter = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
-            else:
-                self.drafter = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
-
-    def clear_caches(self) -> None:
-        self.pool.clear()
-        if hasattr(self.drafter, "pool"):
-            self.drafter.pool.clear()
-
-    @property
-    def drafter_kind(self) -> str:
-        return self.drafter.kind
-
-    @property
-    def draft_shares_vocabulary(self) -> bool:
-        return self.drafter.kind == "model"
-
-    def generate(self, target_ids: list[int], draft_ids: list[int] | None = None,
-                 settings: GenerationSettings | None = None, stop_ids=(),
-                 cancel: threading.Event | None = None) -> GenerationResult:
-        settings = settings or GenerationSettings()
-        if not self.config.kv_reuse:
-            self.clear_caches()
-        return speculative_generate(self.target, self.pool, self.drafter, list(target_ids),
-                                    settings, self.draft_length, stop_ids=stop_ids,
-                                    draft_prompt=list(draft_ids) if draft_ids is not None else None,
-                                    cancel=cancel)

@@ -1,0 +1,66 @@
+"""The Engine: target + drafter + their KV pools, kept alive across requests."""
+from __future__ import annotations
+
+import threading
+
+from .drafters import ModelDrafter, NgramDrafter, NoDrafter, TextDrafter
+from .generate import DraftLength, speculative_generate
+from .kv import KVPool
+from .models import LoadedModel, ModelLoadError, load_model
+from .settings import EngineConfig, GenerationResult, GenerationSettings
+from .threads import set_threads
+
+
+def same_vocabulary(a, b) -> bool:
+    return a.get_vocab() == b.get_vocab()
+
+
+class Engine:
+    """Target + drafter + their KV pools, kept alive across requests."""
+
+    def __init__(self, config: EngineConfig | None = None):
+        self.config = config = config or EngineConfig()
+        set_threads(config.threads, config.device)
+        kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
+        self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
+        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean)
+        self.draft: LoadedModel | None = None
+        self.draft_length = DraftLength()
+        special = self.target.vocab.special_ids
+        if config.draft == "none":
+            self.drafter = NoDrafter()
+        elif config.draft == "ngram":
+            self.drafter = NgramDrafter(special_ids=special)
+        else:
+            self.draft = load_model(config.draft, "draft", **kw)
+            if self.draft.device != self.target.device and config.device_map is None:
+                raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
+            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean)
+            if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
+                self.drafter = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
+            else:
+                self.drafter = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
+
+    def clear_caches(self) -> None:
+        self.pool.clear()
+        if hasattr(self.drafter, "pool"):
+            self.drafter.pool.clear()
+
+    @property
+    def drafter_kind(self) -> str:
+        return self.drafter.kind
+
+    @property
+    def draft_shares_vocabulary(self) -> bool:
+        return self.drafter.kind == "model"
+
+    def generate(self, target_ids: list[int], draft_ids: list[int] | None = None,
+                 settings: GenerationSettings | None = None, stop_ids=(),
+                 cancel: threading.Event | None = None) -> GenerationResult:
+        settings = settings or GenerationSettings()
+        if not self.config.kv_reuse:
+            self.clear_caches()
+        return speculative_generate(self.target, self.pool, self.drafter, list(target_ids),
+                                    settings, self.draft_length, stop_ids=stop_ids,
+                                    draft_prompt=list(draft_ids) if draft_ids is not None else None,
+                                    cancel=cancel)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from completion.stats import percentile
+
 GOAL_P50_MS = 100.0
 GOAL_P95_MS = 200.0
 GOAL_SPEEDUP = 3.0          # full vs hf-assisted at p50
@@ -52,17 +54,6 @@ def hf_record(config, file, keystroke, line, character, trigger, window_ms, late
 
 
 # ------------------------------------------------------------------------------ figures
-
-def percentile(values, q: float):
-    """Linear-interpolated percentile (q in 0-100); None for no values."""
-    v = sorted(values)
-    if not v:
-        return None
-    pos = (len(v) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
 
 def _ratio(a, b):
     return a / b if b else None

@@ -9,24 +9,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import cachetools
 
 from completion.cache import CompletionCache
 from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, uri_to_path
-from completion.postprocess import clean_completion, is_closers_only, with_eol
+from completion.postprocess import Cleaned, clean_completion, find_cut, is_single_line, with_eol
+from completion.stats import PipelineStats
 from completion.templates import FAMILIES, FimTemplate, load_template
-from engine.settings import GenerationSettings
+from engine.settings import GenerationResult, GenerationSettings, TextStop
+
+if TYPE_CHECKING:   # loading torch stays lazy for the language server
+    from engine.engine import Engine
+    from engine.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
 PROMPT_OVERHEAD_TOKENS = 48   # sentinels, BOS, file headers and per-line counting slack
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompletionOptions:
+    """Validated once, when made; frozen so that stays true."""
     fim_template: str = "auto"        # target's prompt format: auto (from its tokenizer) or a family name
     draft_fim_template: str = "auto"  # the draft's own format (it may be another family)
     fim_layout: str = "auto"          # auto | psm | spm; auto = the family's faster layout (SPM if trained)
@@ -92,54 +98,6 @@ class Completion:
     cursor: tuple[int, int] = (0, 0)   # the (clamped) cursor the text belongs to
 
 
-def _percentiles(values) -> dict:
-    v = sorted(values)
-    if not v:
-        return {"p50": None, "p95": None, "p99": None}
-    pick = lambda q: round(v[min(len(v) - 1, int(q * len(v)))], 3)  # noqa: E731
-    return {"p50": pick(0.50), "p95": pick(0.95), "p99": pick(0.99)}
-
-
-@dataclass
-class PipelineStats:
-    requests: int = 0
-    cache_hits: int = 0
-    typed_through: int = 0
-    shown: int = 0
-    empty: int = 0
-    cancelled: int = 0
-    model_requests: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    new_tokens: int = 0
-    decode_calls: int = 0          # target calls after prefill
-    prefill_tokens: int = 0
-    reused_tokens: int = 0
-    draft_prefill_tokens: int = 0
-    draft_reused_tokens: int = 0
-    prompt_tokens: int = 0
-    prompt_shared_tokens: int = 0  # longest common prefix with the previous prompt of the document
-    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
-    model_latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
-
-    def summary(self) -> dict:
-        ratio = lambda a, b: round(a / b, 4) if b else 0.0  # noqa: E731
-        return {
-            "requests": self.requests, "shown": self.shown, "empty": self.empty,
-            "cancelled": self.cancelled, "cache_hits": self.cache_hits,
-            "typed_through": self.typed_through, "cache_hit_rate": ratio(self.cache_hits, self.requests),
-            "latency_ms": _percentiles(self.latencies_ms),
-            "model_latency_ms": _percentiles(self.model_latencies_ms),
-            "acceptance_rate": ratio(self.accepted, self.drafted),
-            "tokens_per_target_call": ratio(self.new_tokens, self.decode_calls),
-            "kv_reuse": ratio(self.reused_tokens, self.reused_tokens + self.prefill_tokens),
-            "draft_kv_reuse": ratio(self.draft_reused_tokens, self.draft_reused_tokens + self.draft_prefill_tokens),
-            "prompt_reuse": ratio(self.prompt_shared_tokens, self.prompt_tokens),
-            "drafted": self.drafted, "accepted": self.accepted, "new_tokens": self.new_tokens,
-            "prefill_tokens": self.prefill_tokens, "reused_tokens": self.reused_tokens,
-        }
-
-
 def common_prefix_len(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -148,8 +106,32 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return i
 
 
+@dataclass
+class Prompts:
+    """What one request sends to the engine, and how it was built (for stats)."""
+    target: FimTemplate
+    layout: str
+    target_ids: list[int]
+    window_start: int
+    window_end: int
+    extra_chunks: int
+    draft: FimTemplate | None
+    draft_layout: str | None
+    draft_ids: list[int] | None
+
+
+def tokens_behind(bytes_of, token_ids: list[int], text: str) -> int:
+    """How many of the generated tokens it took to write `text`, the start of their text."""
+    need, have = len(text.encode("utf-8")), 0
+    for n, t in enumerate(token_ids):
+        if have >= need:
+            return n
+        have += len(bytes_of([t]))
+    return len(token_ids)
+
+
 class CompletionPipeline:
-    def __init__(self, engine, cache_size: int = 250, cache_ttl_s: float = 300.0,
+    def __init__(self, engine: Engine, cache_size: int = 250, cache_ttl_s: float = 300.0,
                  extra_chunks: int = 16, extra_chunk_lines: int = 32):
         self.engine = engine
         self.cache = CompletionCache(maxsize=cache_size, ttl_s=cache_ttl_s)
@@ -195,116 +177,119 @@ class CompletionPipeline:
                  cancel: threading.Event | None = None) -> Completion | None:
         t0 = time.perf_counter()
         options = options or CompletionOptions()
-        options.validate()
         cur = parse_document(req.text, req.line, req.character)
         with self._lock:
             self._stats.requests += 1
         try:
             out = self._complete(req, cur, options, cancel, t0)
-        except Exception:
+        finally:
             with self._lock:
                 self._stats.latencies_ms.append((time.perf_counter() - t0) * 1000)
-            raise
         with self._lock:
-            self._stats.latencies_ms.append((time.perf_counter() - t0) * 1000)
             if out is None:
                 self._stats.empty += 1
             else:
                 self._stats.shown += 1
         return out
 
-    def _complete(self, req, cur: Cursor, options, cancel, t0) -> Completion | None:
+    def _complete(self, req: CompletionRequest, cur: Cursor, options: CompletionOptions,
+                  cancel: threading.Event | None, t0: float) -> Completion | None:
         prefix_text = cur.prefix_text()
         suffix_head = cur.suffix_head(self.cache.head_chars)
         settings = options.cache_key()
         with self._lock:
             hit = self.cache.get(req.uri, prefix_text, suffix_head, settings)
-        if hit is not None:
-            with self._lock:
+            if hit is not None:
                 self._stats.cache_hits += 1
                 self._stats.typed_through += hit.typed_through > 0
+            elif cancel is not None and cancel.is_set():
+                self._stats.cancelled += 1
+        if hit is not None:
             return self._result(cur, hit.text, hit.replace_chars, True, {}) if hit.text else None
         if cancel is not None and cancel.is_set():
-            with self._lock:
-                self._stats.cancelled += 1
             return None
 
-        target = self.template("target", options.fim_template)
-        draft = self.template("draft", options.draft_fim_template)
-        path = uri_to_path(req.uri)
-        t_layout = target.resolve_layout(options.fim_layout)
-        target_ids, window, extra = self._prompt(target, self.engine.target, req.uri, cur, options,
-                                                 t_layout, path)
-        draft_ids = d_layout = None
-        if draft is not None:
-            # The draft's own window, in its own tokens and within its own context length.
-            d_layout = draft.resolve_layout(options.fim_layout)
-            draft_ids, _, _ = self._prompt(draft, self.engine.draft, req.uri, cur, options, d_layout, path)
-
-        single_line = options.multiline == "never" or bool(
-            options.multiline == "auto" and cur.rest_of_line.strip() and not is_closers_only(cur.rest_of_line))
-        gen = GenerationSettings(
-            max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
-            temperature=options.temperature, stop_strings=("\n",) if single_line else (),
-            time_budget_ms=options.time_budget_ms)
-        result = self.engine.generate(target_ids, draft_ids, gen, stop_ids=target.stop_ids, cancel=cancel)
-
-        prev = self._last_prompt.get(req.uri)
-        shared = common_prefix_len(prev, target_ids) if prev else 0
-        self._last_prompt[req.uri] = target_ids
-        st = result.stats
+        prompts = self._prompts(req.uri, cur, options)
+        gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
+                                 temperature=options.temperature, time_budget_ms=options.time_budget_ms)
+        result = self.engine.generate(prompts.target_ids, prompts.draft_ids, gen,
+                                      stop_ids=prompts.target.stop_ids, cancel=cancel,
+                                      stop_check=self._stop_check(cur, options))
+        cleaned = None
+        if result.stop_reason != "cancelled":
+            cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
+        stats = self._run_stats(req.uri, prompts, result, cleaned)
         with self._lock:
-            s = self._stats
-            s.model_requests += 1
-            s.model_latencies_ms.append((time.perf_counter() - t0) * 1000)
-            s.drafted += st.drafted
-            s.accepted += st.accepted
-            s.new_tokens += st.new_tokens
-            s.decode_calls += st.rounds  # one target forward per round; prefill excluded
-            s.prefill_tokens += st.prefill_tokens
-            s.reused_tokens += st.reused_tokens
-            s.draft_prefill_tokens += getattr(st, "draft_prefill_tokens", 0)
-            s.draft_reused_tokens += getattr(st, "draft_reused_tokens", 0)
-            s.prompt_tokens += len(target_ids)
-            s.prompt_shared_tokens += shared
-            if result.stop_reason == "cancelled":
-                s.cancelled += 1
+            self._stats.add_model_run(stats, (time.perf_counter() - t0) * 1000)
+        self.last_stats = stats
         if result.stop_reason == "cancelled":
             return None
 
-        cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
         text = cleaned.text if cleaned else ""
         replace = cleaned.replace_chars if cleaned else 0
         if result.stop_reason != "time_budget":    # a partial answer is not what the model would say
             with self._lock:
                 self.cache.put(req.uri, prefix_text, suffix_head, settings, text, replace)
-        stats = st.as_dict()
-        stats.update(stop_reason=result.stop_reason, prompt_tokens=len(target_ids),
-                     draft_prompt_tokens=len(draft_ids) if draft_ids is not None else 0,
-                     prompt_shared_tokens=shared, template=target.family, layout=t_layout,
-                     draft_template=draft.family if draft else None, draft_layout=d_layout,
-                     window_lines=[window.start_line, window.end_line], extra_chunks=len(extra),
-                     raw_text=result.text)
-        self.last_stats = stats
         return self._result(cur, text, replace, False, stats) if text else None
 
-    def _prompt(self, template: FimTemplate, model, uri: str, cur: Cursor, options: CompletionOptions,
+    @staticmethod
+    def _stop_check(cur: Cursor, options: CompletionOptions):
+        """The engine asks this after every round: is the answer decided? The same rules as the
+        final cut (`find_cut`), so decoding stops exactly where post-processing would cut."""
+        def check(text: str) -> TextStop | None:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            cut = find_cut(text, cur, options.multiline, options.max_lines, options.tab_size, final=False)
+            return TextStop(cut.reason, cut.decided_at) if cut is not None else None
+        return check
+
+    def _prompts(self, uri: str, cur: Cursor, options: CompletionOptions) -> "Prompts":
+        """The target's prompt and the draft's own (its template, window and context length)."""
+        target = self.template("target", options.fim_template)
+        draft = self.template("draft", options.draft_fim_template)
+        path = uri_to_path(uri)
+        t_layout = target.resolve_layout(options.fim_layout)
+        target_ids, window, extra = self._prompt(target, self.engine.target, uri, cur, options, t_layout, path)
+        draft_ids = d_layout = None
+        if draft is not None:
+            d_layout = draft.resolve_layout(options.fim_layout)
+            draft_ids, _, _ = self._prompt(draft, self.engine.draft, uri, cur, options, d_layout, path)
+        return Prompts(target, t_layout, target_ids, window.start_line, window.end_line, len(extra),
+                       draft, d_layout, draft_ids)
+
+    def _run_stats(self, uri: str, prompts: "Prompts", result: GenerationResult, cleaned: Cleaned | None) -> dict:
+        """Everything known about one model run, as shown by specfill.stats and the bench."""
+        prev = self._last_prompt.get(uri)
+        shared = common_prefix_len(prev, prompts.target_ids) if prev else 0
+        self._last_prompt[uri] = prompts.target_ids
+        stats = result.stats.as_dict()
+        shown = tokens_behind(self.engine.target.vocab.bytes_of, result.token_ids,
+                              result.text[:cleaned.source_chars] if cleaned else "")
+        stats.update(stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens, shown_tokens=shown,
+                     prompt_tokens=len(prompts.target_ids),
+                     draft_prompt_tokens=len(prompts.draft_ids) if prompts.draft_ids is not None else 0,
+                     prompt_shared_tokens=shared, template=prompts.target.family, layout=prompts.layout,
+                     draft_template=prompts.draft.family if prompts.draft else None,
+                     draft_layout=prompts.draft_layout,
+                     window_lines=[prompts.window_start, prompts.window_end], extra_chunks=prompts.extra_chunks,
+                     raw_text=result.text)
+        return stats
+
+    def _prompt(self, template: FimTemplate, model: LoadedModel, uri: str, cur: Cursor, options: CompletionOptions,
                 layout: str, path: str):
         """(prompt ids, window, extra chunks) for one model, within that model's budgets."""
         count = self._counter(template)
-        prefix_budget, suffix_budget, extra_budget = self._budgets(options, model)
+        prefix_budget, suffix_budget, extra_budget = self.budgets(options, model)
         window = cut_window(cur, count, prefix_budget, suffix_budget, options.window_step_lines)
         with self._lock:
             extra = self.extra.select(uri, extra_budget, count)
         return template.build(window.prefix, window.suffix, layout, extra, path=path), window, extra
 
-    def _budgets(self, options: CompletionOptions, model=None) -> tuple[int, int, int]:
-        """Token budgets scaled down together to fit the model's context and the engine's KV
-        cache limit, so large settings (or a small model) shrink context instead of failing."""
-        model = model if model is not None else getattr(self.engine, "target", None)
-        limits = [getattr(getattr(self.engine, "config", None), "max_cache_tokens", None),
-                  getattr(model, "max_positions", None)]
-        limits = [x for x in limits if isinstance(x, int) and x > 0]
+    def budgets(self, options: CompletionOptions, model: LoadedModel | None = None) -> tuple[int, int, int]:
+        """Token budgets (prefix, suffix, extra) for `model` (default: the target), scaled down
+        together to fit its context and the engine's KV cache limit, so large settings (or a
+        small model) shrink context instead of failing."""
+        model = model if model is not None else self.engine.target
+        limits = [x for x in (self.engine.config.max_cache_tokens, model.max_positions) if x and x > 0]
         budgets = (options.prefix_tokens, options.suffix_tokens, options.extra_tokens)
         if not limits:
             return budgets

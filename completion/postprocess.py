@@ -4,7 +4,10 @@ Rules, from what users complain about most:
 * never repeat what is already after the cursor (rest of the line, the next lines);
 * code to the right of the cursor -> one line; at the end of a line -> several lines, stopped at
   a line that dedents below the cursor's block, at a blank line after a complete block, at a
-  line the model repeats a third time in a row, or at `max_lines`;
+  line that repeats the code below, when the model repeats a block of lines, or at `max_lines`;
+* the cursor after indentation -> the model's own indentation of its first line is not doubled;
+The length of an answer is decided in one place, `find_cut`, which the engine also calls while
+decoding, so it stops the moment the answer is decided and the final cut cannot disagree;
 * rest of line only auto-inserted closers (``)`` ``]`` ``"`` ...) that the completion closes
   itself -> replace them (a range) instead of duplicating them;
 * empty or whitespace-only -> None.
@@ -27,6 +30,18 @@ BLOCK_OPENER_ENDINGS = (":", "{", "(", "[", ",", "\\", "=>", "->", "=")
 class Cleaned:
     text: str            # ghost text, LF line endings
     replace_chars: int   # characters after the cursor (on its line) that the text replaces
+    source_chars: int    # characters of the model's middle the text was cut from
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where the shown answer ends in the model's raw middle (LF text)."""
+    end: int          # keep text[:end]
+    decided_at: int   # how much text it took to know; no later text can change the cut
+    reason: str       # the rule that cut: newline, max_lines, dedent, blank_line, suffix_repeat, loop, end
+
+
+LOOP_MAX_CYCLE = 4   # lines in the longest repeated block recognised as a loop
 
 
 def indent_width(line: str, tab_size: int = 4) -> int:
@@ -39,22 +54,39 @@ def is_closers_only(rest: str) -> bool:
     return bool(s) and all(ch in AUTO_CLOSERS or ch.isspace() for ch in s)
 
 
+def is_single_line(cur: Cursor, multiline: str = "auto") -> bool:
+    """One line when code (not just auto-closed brackets) stands right of the cursor."""
+    rest = cur.rest_of_line
+    return multiline == "never" or (multiline == "auto" and bool(rest.strip()) and not is_closers_only(rest))
+
+
+def find_cut(text: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8, tab_size: int = 4,
+             final: bool = True) -> Cut | None:
+    """The one place the length of an answer is decided, used while decoding and for the final cut.
+
+    While decoding (`final=False`) the last line of `text` may still grow, so only rules that no
+    later text can overturn fire, and None means "not decided yet". With `final=True` the text is
+    all there is and a Cut is always returned. A Cut found early is the Cut of every longer text
+    that starts with text[:decided_at] (tested as a property)."""
+    if is_single_line(cur, multiline):
+        nl = text.find("\n")
+        if nl >= 0:
+            return Cut(nl, nl + 1, "newline")
+        return Cut(len(text), len(text), "end") if final else None
+    return _cut_lines(text, cur, max_lines, tab_size, final)
+
+
 def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8,
                      tab_size: int = 4) -> Cleaned | None:
     text = middle.replace("\r\n", "\n").replace("\r", "\n")
     rest = cur.rest_of_line
     closers = is_closers_only(rest)
     code_right = bool(rest.strip()) and not closers
-    single = multiline == "never" or (multiline == "auto" and code_right)
-
-    if single:
-        text = text.split("\n", 1)[0]
-        if code_right:
-            text = _drop_repeated_rest(text, rest)
-    else:
-        text = _cut_lines(text, cur, max_lines, tab_size)
-        if text is None:
-            return None
+    source_chars = find_cut(text, cur, multiline, max_lines, tab_size).end
+    text = text[:source_chars]
+    if code_right and is_single_line(cur, multiline):
+        text = _drop_repeated_rest(text, rest)
+    text = _drop_doubled_indent(text, cur.line_prefix)
 
     replace = 0
     if closers:
@@ -63,7 +95,7 @@ def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_line
     text = text.rstrip("\n") if code_right and "\n" not in text else text.rstrip()
     if not text.strip():
         return None
-    return Cleaned(text=text, replace_chars=replace)
+    return Cleaned(text=text, replace_chars=replace, source_chars=source_chars)
 
 
 def with_eol(text: str, eol: str) -> str:
@@ -82,6 +114,19 @@ def _drop_repeated_rest(text: str, rest: str) -> str:
     return body[:-len(lead)] if lead and body.endswith(lead) else body
 
 
+def _drop_doubled_indent(text: str, prefix: str) -> str:
+    """Cursor after indentation, and the model indents its first line again: the ghost text
+    starts at the cursor, so that indentation would be doubled. Keep only what goes deeper
+    than the cursor; indentation of another kind (tabs against spaces) is dropped."""
+    if not prefix or prefix.strip():
+        return text
+    body = text.lstrip(" \t")
+    own = text[:len(text) - len(body)]
+    if not own:
+        return text
+    return own[len(prefix):] + body if own.startswith(prefix) else body
+
+
 def _next_nonblank(cur: Cursor, skip: int = 0) -> str | None:
     for ln in cur.lines[cur.line + 1:]:
         if ln.strip():
@@ -91,32 +136,58 @@ def _next_nonblank(cur: Cursor, skip: int = 0) -> str | None:
     return None
 
 
-def _cut_lines(text: str, cur: Cursor, max_lines: int, tab_size: int) -> str | None:
+def _cut_lines(text: str, cur: Cursor, max_lines: int, tab_size: int, final: bool) -> Cut | None:
+    """Multi-line answers end at the first of: the `max_lines`-th line is complete; a line
+    dedents below the cursor's block; a blank line follows a complete block; a line repeats the
+    next line of code after the cursor; the model repeats a block of lines (a loop)."""
     lines = text.split("\n")
+    complete = len(lines) if final else len(lines) - 1   # the last line may still grow
+    if complete == 0:
+        return None
     prefix = cur.line_prefix
     block = indent_width(prefix if prefix.strip() else prefix + "x", tab_size)
     nxt = _next_nonblank(cur)
-    first_full = (prefix + lines[0]).strip()
-    if nxt is not None and lines[0].strip() and first_full == nxt.strip():
-        return None                     # completing the line into a copy of the next line
-    kept = [lines[0]]
-    for ln in lines[1:]:
+    nxt = nxt.strip() if nxt is not None else None
+    first = lines[0]
+    ends = [len(first)]                 # end offset of every kept line
+    if nxt is not None and first.strip() and (prefix + first).strip() == nxt:
+        return Cut(0, ends[0] + 1, "suffix_repeat")   # completing the line into a copy of the next line
+    kept = [first]
+    for i in range(1, len(lines)):
+        ln = lines[i]
+        start = ends[-1] + 1            # offset of this line in text
+        line_end = start + len(ln) + (i < len(lines) - 1)
+        keep = ends[-1]
         if len(kept) >= max_lines:
-            break
-        if not ln.strip():
+            return Cut(keep, start, "max_lines")
+        body = ln.lstrip(" \t")
+        if body and indent_width(ln, tab_size) < block:
+            # Known as soon as the line's first visible character is: no need to wait for its end.
+            return Cut(keep, start + len(ln) - len(body) + 1, "dedent")
+        if i >= complete:
+            return None
+        if not body:
             if _complete_block(prefix, kept):
-                break
-            kept.append(ln)
-            continue
-        if indent_width(ln, tab_size) < block:
-            break                       # left the cursor's block
-        if nxt is not None and ln.strip() == nxt.strip():
-            break                       # the model started repeating the code below
-        if len(kept) >= 2 and ln == kept[-1] == kept[-2]:
-            kept.pop()                  # a model stuck in a loop: keep one copy of the line
-            break
+                return Cut(keep, line_end, "blank_line")
+        elif nxt is not None and body.rstrip() == nxt:
+            return Cut(keep, line_end, "suffix_repeat")      # the model started repeating the code below
+        else:
+            cycle = _repeated_cycle(kept + [ln])
+            if cycle:
+                return Cut(ends[-cycle], line_end, "loop")   # keep one copy of the repeated block
         kept.append(ln)
-    return "\n".join(kept)
+        ends.append(start + len(ln))
+    return Cut(len(text), len(text), "end")
+
+
+def _repeated_cycle(lines: list[str]) -> int:
+    """n when the last n lines repeat the n before them (n <= LOOP_MAX_CYCLE, not all blank):
+    a model stuck in a loop. 0 when there is none."""
+    for n in range(1, min(LOOP_MAX_CYCLE, len(lines) // 2) + 1):
+        tail = lines[-n:]
+        if tail == lines[-2 * n:-n] and any(ln.strip() for ln in tail):
+            return n
+    return 0
 
 
 def _complete_block(prefix: str, kept: list[str]) -> bool:

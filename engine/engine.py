@@ -7,7 +7,7 @@ from .drafters import ModelDrafter, NgramDrafter, NoDrafter, TextDrafter
 from .generate import DraftLength, speculative_generate
 from .kv import KVPool
 from .models import LoadedModel, ModelLoadError, load_model
-from .settings import EngineConfig, GenerationResult, GenerationSettings
+from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
 from .threads import set_threads
 
 
@@ -56,11 +56,11 @@ class Engine:
 
     def generate(self, target_ids: list[int], draft_ids: list[int] | None = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
-                 cancel: threading.Event | None = None) -> GenerationResult:
+                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None) -> GenerationResult:
         settings = settings or GenerationSettings()
         if not self.config.kv_reuse:
             self.clear_caches()
         return speculative_generate(self.target, self.pool, self.drafter, list(target_ids),
                                     settings, self.draft_length, stop_ids=stop_ids,
                                     draft_prompt=list(draft_ids) if draft_ids is not None else None,
-                                    cancel=cancel)
+                                    cancel=cancel, stop_check=stop_check)

@@ -17,7 +17,7 @@ from .drafters import Draft, NoDrafter, Sampling
 from .kv import ContextTooLong, KVPool
 from .models import LoadedModel
 from .sampling import sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare
-from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats
+from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
 from .vocab import decode_bytes
 
 
@@ -45,10 +45,24 @@ def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
     return cut
 
 
+def _trim_past_stop(cand: list[int], gen_bytes: bytes, vocab, stop_check: StopCheck) -> list[int]:
+    """The draft's tokens up to the one that decides the answer: verifying more is wasted work."""
+    stop = stop_check(decode_bytes(gen_bytes + vocab.bytes_of(cand)))
+    if stop is None:
+        return cand
+    for j in range(1, len(cand) + 1):
+        if len(decode_bytes(gen_bytes + vocab.bytes_of(cand[:j]))) >= stop.chars:
+            return cand[:j]
+    return cand
+
+
 def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: list[int],
                          settings: GenerationSettings, draft_length: DraftLength,
                          stop_ids=(), draft_prompt: list[int] | None = None,
-                         cancel: threading.Event | None = None) -> GenerationResult:
+                         cancel: threading.Event | None = None,
+                         stop_check: StopCheck | None = None) -> GenerationResult:
+    """`stop_check(text so far)` lets the caller end decoding the moment its answer is decided;
+    the tokens up to there are exactly the target's own (greedy output is unchanged)."""
     t0 = time.perf_counter()
     stats = GenerationStats()
     if not prompt:
@@ -103,6 +117,10 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
             except ContextTooLong:
                 drafter, draft = NoDrafter(), Draft([])
             cand = draft.tokens[:max(k, 0)]
+            if stop_check is not None and cand:
+                trimmed = _trim_past_stop(cand, gen_bytes, target.vocab, stop_check)
+                stats.draft_trimmed += len(cand) - len(trimmed)
+                cand = trimmed
             t2 = time.perf_counter()
             try:
                 logits = session.advance(seq + cand, n_logits=len(cand) + 1)
@@ -140,6 +158,11 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
             gen_bytes += target.vocab.bytes_of(new)
             if stop_reason == "eos":
                 break
+            if stop_check is not None:
+                stop = stop_check(decode_bytes(gen_bytes))
+                if stop is not None:
+                    stop_reason = stop.reason
+                    break
             if settings.stop_strings:
                 text = decode_bytes(gen_bytes)
                 cut = _find_stop(text, settings.stop_strings, text_checked)

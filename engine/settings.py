@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
-MAX_DRAFT_LENGTH = 16
+MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength` setting's maximum)
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -11,8 +15,8 @@ class EngineConfig:
     """Which models to load and where. `draft` may also be "ngram" or "none"."""
     target: str = "default"
     draft: str = "default"
-    device: str = "auto"          # auto | cpu | cuda | mps
-    dtype: str = "auto"           # auto | float32 | bfloat16 | float16
+    device: str = "auto"          # one of DEVICES, or cuda:N
+    dtype: str = "auto"           # one of DTYPES
     trust_remote_code: bool = False
     device_map: str | None = None  # "auto": spread a target larger than one device (accelerate)
     max_cache_tokens: int = 4096  # per KV session; prompts longer than this are refused
@@ -55,6 +59,7 @@ class GenerationStats:
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
     final_draft_length: int = 0
+    draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
 
     @property
     def acceptance_rate(self) -> float:
@@ -80,5 +85,18 @@ class GenerationStats:
 class GenerationResult:
     text: str
     token_ids: list[int]
-    stop_reason: str            # eos | stop_string | max_tokens | time_budget | cancelled | context_full
+    stop_reason: str            # eos | stop_string | max_tokens | time_budget | cancelled | context_full,
+                                # or the reason a StopCheck gave
     stats: GenerationStats = field(default_factory=GenerationStats)
+
+
+@dataclass(frozen=True)
+class TextStop:
+    """A caller's verdict that the answer is decided (e.g. its last shown line is complete)."""
+    reason: str   # the rule that decided, reported as the result's stop_reason
+    chars: int    # how many characters of the generated text it took to know
+
+
+# Called by the engine with the text generated so far (after each round, and on drafts before
+# they are verified); None while the answer is not decided yet.
+StopCheck = Callable[[str], "TextStop | None"]

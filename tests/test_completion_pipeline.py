@@ -152,7 +152,7 @@ def test_large_budgets_shrink_to_fit_each_model(engines):
     pipe = CompletionPipeline(spec)
     limit = min(spec.config.max_cache_tokens, spec.target.max_positions)
     opts = CompletionOptions(prefix_tokens=8 * limit, suffix_tokens=1000, extra_tokens=1000, max_new_tokens=4)
-    prefix, suffix, extra = pipe._budgets(opts)
+    prefix, suffix, extra = pipe.budgets(opts)
     assert prefix + suffix + extra <= limit - 4 and min(prefix, suffix, extra) > 0
     assert prefix > suffix == extra                                    # proportions kept
     big = "".join(f"value_{i} = compute({i}, 'x' * {i})\n" for i in range(3000))

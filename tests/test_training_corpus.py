@@ -6,8 +6,10 @@ import random
 import pytest
 
 from training import corpus as corpus_mod
+from completion.templates import load_template
 from training.corpus import (NearDuplicateFilter, build_corpus, choose_fim_span, codellama_fim_end,
-                             codellama_format, example_ids, split_into_chunks, starcoder_format)
+                             codellama_format, encoder, example_ids, fim_format, split_into_chunks,
+                             starcoder_format)
 from training.tokenizers import train_bytelevel, train_sentencepiece_style
 
 CODE = '''import os
@@ -71,7 +73,7 @@ def test_codellama_psm_and_spm_layouts(tokenizers):
     enc = lambda s: tok(s, add_special_tokens=False).input_ids  # noqa: E731
     layouts = set()
     for seed in range(40):
-        ids = example_ids(CODE, fmt, eot, enc, random.Random(seed))
+        ids = example_ids(CODE, fmt, enc, random.Random(seed))
         assert ids[0] == tok.bos_token_id
         if ids[1] != fmt.pre:
             assert ids[-1] == tok.eos_token_id and tok.decode(ids[1:-1]) == CODE
@@ -98,7 +100,7 @@ def test_starcoder_layouts(tokenizers):
     enc = lambda s: tok(s, add_special_tokens=False).input_ids  # noqa: E731
     firsts = set()
     for seed in range(40):
-        ids = example_ids(CODE, fmt, fmt.end, enc, random.Random(seed))
+        ids = example_ids(CODE, fmt, enc, random.Random(seed))
         assert ids[-1] == tok.convert_tokens_to_ids("<|endoftext|>")
         firsts.add(tuple(tok.convert_ids_to_tokens(ids[:2])))
         if ids[0] == fmt.pre:
@@ -107,6 +109,34 @@ def test_starcoder_layouts(tokenizers):
             assert sorted(text) == sorted(CODE)
     assert ("<fim_prefix>", "<fim_suffix>") in firsts   # SPM
     assert any(a == "<fim_prefix>" and b != "<fim_suffix>" for a, b in firsts)   # PSM
+
+
+def test_formats_are_detected_from_the_vocabulary_with_the_editors_sentinel_ids(tokenizers):
+    target_tok, draft_tok = tokenizers
+    ids = target_tok.convert_tokens_to_ids
+    assert fim_format(target_tok) == codellama_format(target_tok)
+    assert codellama_format(target_tok) == corpus_mod.FimFormat(
+        start=(target_tok.bos_token_id,), end=target_tok.eos_token_id, pre=ids("▁<PRE>"), suf=ids("▁<SUF>"),
+        mid=ids("▁<MID>"), fim_end=ids("▁<EOT>"), fim_start=(target_tok.bos_token_id,))
+    assert codellama_fim_end(target_tok) == ids("▁<EOT>")
+    ids = draft_tok.convert_tokens_to_ids
+    end = ids("<|endoftext|>")
+    assert fim_format(draft_tok) == starcoder_format(draft_tok) == corpus_mod.FimFormat(
+        start=(), end=end, pre=ids("<fim_prefix>"), suf=ids("<fim_suffix>"), mid=ids("<fim_middle>"),
+        fim_end=end)
+    # a training middle ends with a token the editor's template stops on
+    for tok in tokenizers:
+        assert fim_format(tok).fim_end in load_template(tok).stop_ids
+    with pytest.raises(ValueError, match="sentinels"):
+        fim_format(draft_tok, "codellama")     # the vocabulary has no CodeLlama sentinels
+
+
+def test_encoder_gives_the_text_back_without_added_tokens(tokenizers):
+    for tok in tokenizers:
+        enc = encoder(tok)
+        ids = enc(CODE)
+        assert tok.decode(ids) == CODE
+        assert tok.bos_token_id not in ids and enc("") == []
 
 
 def test_chunks_cut_at_line_boundaries():

@@ -14,7 +14,10 @@ import random
 import re
 import site
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from completion.templates import load_template
 
 # Packages never trained on; the evaluation split is drawn from them.
 HELD_OUT_PACKAGES = ("pygls", "lsprotocol", "accelerate", "huggingface_hub", "pytest_lsp")
@@ -236,27 +239,44 @@ def split_into_chunks(text: str, max_chars: int) -> list[str]:
 class FimFormat:
     """How one tokenizer family writes an example (ids of its sentinels)."""
     start: tuple[int, ...]          # before a plain left-to-right document
-    end: int                        # after a document, and after a FIM middle
+    end: int                        # after a plain document
     pre: int
     suf: int
     mid: int
+    fim_end: int                    # after a FIM middle (CodeLlama: ▁<EOT>; StarCoder: <|endoftext|>)
     fim_start: tuple[int, ...] = ()   # before the PRE sentinel (CodeLlama: <s>)
 
 
+def fim_format(tok, family: str = "auto") -> FimFormat:
+    """The tokenizer's FIM format, read from completion.templates' sentinel tables, so the pair
+    is trained on the very ids the editor's prompts use. family: "auto" detects it from the
+    vocabulary, as the completion pipeline does."""
+    t = load_template(tok, family)
+    if t.middle_id is None:   # no FIM tokens (plain) or no middle sentinel (codestral)
+        raise ValueError(f"{t.family} tokenizer: training needs prefix, suffix and middle sentinels")
+    start = () if t.bos_id is None else (t.bos_id,)
+    # A family's own end-of-middle token is the first of its stops.
+    return FimFormat(start=start, end=tok.eos_token_id, pre=t.prefix_id, suf=t.suffix_id,
+                     mid=t.middle_id, fim_end=t.stop_ids[0], fim_start=start)
+
+
 def codellama_format(tok) -> FimFormat:
-    ids = tok.convert_tokens_to_ids
-    return FimFormat(start=(tok.bos_token_id,), end=tok.eos_token_id, pre=ids("▁<PRE>"),
-                     suf=ids("▁<SUF>"), mid=ids("▁<MID>"), fim_start=(tok.bos_token_id,))
+    return fim_format(tok, "codellama")
 
 
 def codellama_fim_end(tok) -> int:
-    return tok.convert_tokens_to_ids("▁<EOT>")
+    return codellama_format(tok).fim_end
 
 
 def starcoder_format(tok) -> FimFormat:
-    ids = tok.convert_tokens_to_ids
-    return FimFormat(start=(), end=ids("<|endoftext|>"), pre=ids("<fim_prefix>"),
-                     suf=ids("<fim_suffix>"), mid=ids("<fim_middle>"))
+    return fim_format(tok, "starcoder")
+
+
+def encoder(tok) -> Callable[[str], list[int]]:
+    """The one way training text becomes ids: the fast tokenizer's backend, no BOS/EOS added
+    (sentinels are placed as ids by the format)."""
+    backend = tok.backend_tokenizer
+    return lambda text: backend.encode(text, add_special_tokens=False).ids
 
 
 def fim_prompt_ids(fmt: FimFormat, enc, prefix: str, suffix: str, spm: bool) -> list[int]:
@@ -266,22 +286,22 @@ def fim_prompt_ids(fmt: FimFormat, enc, prefix: str, suffix: str, spm: bool) -> 
     return [*fmt.fim_start, fmt.pre, *enc(prefix), fmt.suf, *enc(suffix), fmt.mid]
 
 
-def example_ids(text: str, fmt: FimFormat, fim_end: int, enc, rng: random.Random,
+def example_ids(text: str, fmt: FimFormat, enc, rng: random.Random,
                 fim_rate: float = 0.5, spm_rate: float = 0.5) -> list[int]:
     """Token ids of one training example: plain text, or a FIM example in PSM or SPM order."""
     if rng.random() >= fim_rate or len(text) < 2:
         return [*fmt.start, *enc(text), fmt.end]
     span = choose_fim_span(text, rng)
     spm = rng.random() < spm_rate
-    return fim_prompt_ids(fmt, enc, span.prefix, span.suffix, spm) + enc(span.middle) + [fim_end]
+    return fim_prompt_ids(fmt, enc, span.prefix, span.suffix, spm) + enc(span.middle) + [fmt.fim_end]
 
 
-def token_stream(texts: list[str], fmt: FimFormat, fim_end: int, enc, seed: int,
+def token_stream(texts: list[str], fmt: FimFormat, enc, seed: int,
                  chunk_chars: int, fim_rate: float = 0.5) -> list[int]:
     """All examples concatenated (documents cut into chunks first), ready to cut into blocks."""
     rng = random.Random(seed)
     stream: list[int] = []
     for text in texts:
         for chunk in split_into_chunks(text, chunk_chars):
-            stream.extend(example_ids(chunk, fmt, fim_end, enc, rng, fim_rate))
+            stream.extend(example_ids(chunk, fmt, enc, rng, fim_rate))
     return stream

@@ -16,17 +16,12 @@ import time
 
 import torch
 
-from training.corpus import (choose_fim_span, codellama_fim_end, codellama_format, fim_prompt_ids,
-                             split_into_chunks, starcoder_format)
+from training.corpus import choose_fim_span, encoder, fim_format, fim_prompt_ids, split_into_chunks
 
 PROMPT_CHARS = 800       # prompt context cut from a training chunk
 CONTINUE_TOKENS = 48     # target tokens generated per prompt
 BATCH = 16
 KD_SHARE = 0.25          # fraction of draft training tokens that are target completions (rest: corpus)
-
-
-def _encode(tok, text: str) -> list[int]:
-    return tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
 
 
 def _prompts(texts: list[str], seed: int, chunk_chars: int):
@@ -51,8 +46,8 @@ def generate_samples(target, tok, texts: list[str], seed: int, minutes: float, c
                      device: str) -> list[tuple[str, str, str, str, bool]]:
     """(kind, prefix, suffix, target's greedy continuation, whether it stopped) for as many
     prompts as fit in minutes."""
-    fmt, eot = codellama_format(tok), codellama_fim_end(tok)
-    stop = {eot, tok.eos_token_id}
+    fmt, enc = fim_format(tok), encoder(tok)
+    stop = {fmt.fim_end, fmt.end}
     target.eval().to(device)
     prompts = _prompts(texts, seed, chunk_chars)
     samples, t0, generated = [], time.time(), 0
@@ -61,9 +56,9 @@ def generate_samples(target, tok, texts: list[str], seed: int, minutes: float, c
         ids = []
         for kind, prefix, suffix in batch:
             if kind == "l2r":
-                ids.append([tok.bos_token_id, *_encode(tok, prefix)])
+                ids.append([*fmt.start, *enc(prefix)])
             else:
-                ids.append(fim_prompt_ids(fmt, lambda s: _encode(tok, s), prefix, suffix, kind == "spm"))
+                ids.append(fim_prompt_ids(fmt, enc, prefix, suffix, kind == "spm"))
         width = max(map(len, ids))
         pad = tok.eos_token_id
         x = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=device)
@@ -86,15 +81,14 @@ def generate_samples(target, tok, texts: list[str], seed: int, minutes: float, c
 def draft_stream_from_samples(samples, draft_tok) -> tuple[list[int], list[int]]:
     """The target's completions written in the draft's StarCoder format, and a loss mask that is
     1 on the target-written tokens only (the prompts are corpus text)."""
-    fmt = starcoder_format(draft_tok)
-    enc = lambda s: _encode(draft_tok, s)  # noqa: E731
+    fmt, enc = fim_format(draft_tok), encoder(draft_tok)
     stream: list[int] = []
     mask: list[int] = []
     for kind, prefix, suffix, middle, ended in samples:
         # The end token only where the target itself stopped, so the draft learns when it stops.
-        end = [fmt.end] if ended else []
+        end = [fmt.end if kind == "l2r" else fmt.fim_end] if ended else []
         if kind == "l2r":
-            prompt = enc(prefix)
+            prompt = [*fmt.start, *enc(prefix)]
         else:
             prompt = fim_prompt_ids(fmt, enc, prefix, suffix, kind == "spm")
         answer = enc(middle) + end

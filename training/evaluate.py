@@ -9,7 +9,8 @@ Held-out files come from packages never trained on (training/corpus.py HELD_OUT_
 * FIM exact match: mask one whole non-blank line (indentation included), prompt with up to
   PREFIX_CHARS before it and SUFFIX_CHARS after it, decode greedily until the FIM end token;
   a hit is a middle exactly equal to the line. Reported for PSM and SPM prompt order.
-The model family (CodeLlama-style or StarCoder-style sentinels) is read from the tokenizer.
+The model family (CodeLlama-style or StarCoder-style sentinels) is read from the tokenizer, and
+the model is loaded, as the editor's engine loads it (on CPU, float32).
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from training.corpus import (FimFormat, SourceFile, build_corpus, codellama_fim_end,
-                             codellama_format, fim_prompt_ids, split_into_chunks, starcoder_format)
+from training.corpus import (SourceFile, build_corpus, encoder, fim_format, fim_prompt_ids,
+                             split_into_chunks)
 
 PREFIX_CHARS, SUFFIX_CHARS = 1000, 400
 CHUNK_CHARS = 1500
@@ -40,25 +41,13 @@ class EvalResult:
     fim_first_line_psm: float   # first line of the middle equals the masked line (lenient)
 
 
-def family(tok) -> tuple[FimFormat, int]:
-    """(format, FIM end id) from the tokenizer's sentinels."""
-    if "▁<PRE>" in tok.get_vocab():
-        return codellama_format(tok), codellama_fim_end(tok)
-    fmt = starcoder_format(tok)
-    return fmt, fmt.end
-
-
-def encode(tok, text: str) -> list[int]:
-    return tok.backend_tokenizer.encode(text, add_special_tokens=False).ids
-
-
 @torch.no_grad()
 def bits_per_byte(model, tok, files: list[SourceFile]) -> tuple[float, int]:
-    fmt, _ = family(tok)
+    fmt, enc = fim_format(tok), encoder(tok)
     nats, nbytes = 0.0, 0
     for f in files:
         for chunk in split_into_chunks(f.text, CHUNK_CHARS):
-            ids = [*fmt.start, *encode(tok, chunk), fmt.end]
+            ids = [*fmt.start, *enc(chunk), fmt.end]
             x = torch.tensor([ids])
             logits = model(input_ids=x).logits[0, :-1].float()
             targets = x[0, 1:]
@@ -106,20 +95,20 @@ def greedy_middle(model, tok, prompt: list[int], stop: set[int], max_new: int = 
 
 
 def fim_exact_match(model, tok, cases, spm: bool) -> tuple[float, float]:
-    fmt, fim_end = family(tok)
-    stop = {fim_end, fmt.end}
+    fmt, enc = fim_format(tok), encoder(tok)
+    stop = {fmt.fim_end, fmt.end}
     exact = first = 0
     for prefix, line, suffix in cases:
-        middle = greedy_middle(model, tok, fim_prompt_ids(fmt, lambda s: encode(tok, s), prefix, suffix, spm), stop)
+        middle = greedy_middle(model, tok, fim_prompt_ids(fmt, enc, prefix, suffix, spm), stop)
         exact += middle == line
         first += middle.split("\n", 1)[0] == line
     return exact / len(cases), first / len(cases)
 
 
 def evaluate(model_dir: str, n_files: int = 60, n_fim: int = 100, seed: int = 0) -> EvalResult:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    from engine.models import load_model
+    loaded = load_model(model_dir, role="evaluated", device="cpu", dtype="float32")
+    model, tok = loaded.model, loaded.tokenizer
     corpus = build_corpus(seed=seed, max_train_bytes=0)
     files = corpus.held_out[:n_files]
     bpb, nbytes = bits_per_byte(model, tok, files)

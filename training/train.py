@@ -17,12 +17,12 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from training.corpus import (Corpus, build_corpus, codellama_fim_end, codellama_format,
-                             starcoder_format, token_stream)
+from engine.models import pick_device
+from training.corpus import Corpus, build_corpus, encoder, fim_format, token_stream
 from training.tokenizers import train_bytelevel, train_sentencepiece_style
 
 
@@ -44,9 +44,10 @@ DRAFT = ModelSpec("gptbigcode", vocab_size=2048, hidden=96, layers=2, heads=3, f
 
 @dataclass
 class TrainSettings:
+    """One training run's knobs; the budget (minutes or tokens) comes from the command line."""
     seq_len: int = 512           # tokens per training window
     batch_size: int = 8          # windows per step
-    lr: float = 2e-3
+    lr: float = 2e-3             # peak learning rate
     min_lr_ratio: float = 0.1    # cosine decays to lr * this
     warmup_steps: int = 100
     weight_decay: float = 0.1
@@ -57,15 +58,14 @@ class TrainSettings:
     log_every: int = 20
 
 
+TARGET_SETTINGS = TrainSettings(lr=2e-3)
+DRAFT_SETTINGS = TrainSettings(lr=3e-3)
+# Distillation continues a trained draft: a lower peak and a short warmup.
+DISTILL_SETTINGS = TrainSettings(lr=1e-3, warmup_steps=20)
+
 CHUNK_CHARS = 1500       # documents are cut into chunks of this size before FIM (~512 tokens)
 FIM_RATE = 0.5           # fraction of chunks turned into FIM examples (half PSM, half SPM)
 TOKENIZER_SAMPLE_BYTES = 8_000_000
-
-
-def pick_device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
 
 
 def build_model(spec: ModelSpec, tok) -> torch.nn.Module:
@@ -88,11 +88,6 @@ def build_model(spec: ModelSpec, tok) -> torch.nn.Module:
 
 def param_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-def encoder(tok):
-    backend = tok.backend_tokenizer
-    return lambda text: backend.encode(text, add_special_tokens=False).ids
 
 
 def prepare_tokenizers(corpus: Corpus, run_dir: str):
@@ -119,12 +114,7 @@ def prepare_stream(name: str, texts: list[str], tok, seed: int, run_dir: str) ->
     path = os.path.join(run_dir, f"stream_{name}.pt")
     if os.path.exists(path):   # cached: the corpus it was built from is in stream_<name>.json
         return torch.load(path)
-    if name == "target":
-        fmt, fim_end = codellama_format(tok), codellama_fim_end(tok)
-    else:
-        fmt = starcoder_format(tok)
-        fim_end = fmt.end
-    ids = token_stream(texts, fmt, fim_end, encoder(tok), seed, CHUNK_CHARS, FIM_RATE)
+    ids = token_stream(texts, fim_format(tok), encoder(tok), seed, CHUNK_CHARS, FIM_RATE)
     stream = torch.tensor(ids, dtype=torch.int32)
     torch.save(stream, path)
     with open(os.path.join(run_dir, f"stream_{name}.json"), "w") as fh:
@@ -261,7 +251,7 @@ def main(argv=None) -> None:
     ap.add_argument("--tokens-draft", type=int, default=0, help="token budget (overrides minutes)")
     ap.add_argument("--corpus-mb", type=float, default=40.0, help="cap on training source bytes")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    ap.add_argument("--device", default="auto", help="auto | cpu | cuda | mps (as the engine picks)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     ap.add_argument("--only", choices=["both", "target", "draft"], default="both")
     ap.add_argument("--distill-gen-minutes", type=float, default=0.0,
@@ -274,7 +264,7 @@ def main(argv=None) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    device = str(pick_device(args.device))
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     os.makedirs(args.runs, exist_ok=True)
@@ -289,15 +279,17 @@ def main(argv=None) -> None:
     target_tok, draft_tok = prepare_tokenizers(corpus, args.runs)
     print(f"tokenizers: target {len(target_tok)} tokens, draft {len(draft_tok)} tokens", flush=True)
 
-    specs = {"target": (TARGET, target_tok, args.minutes_target, args.tokens_target, 2e-3),
-             "draft": (DRAFT, draft_tok, args.minutes_draft, args.tokens_draft, 3e-3)}
-    counts = {name: param_count(build_model(spec, tok)) for name, (spec, tok, *_ ) in specs.items()}
+    specs = {"target": (TARGET, target_tok, replace(TARGET_SETTINGS, minutes=args.minutes_target,
+                                                    tokens=args.tokens_target)),
+             "draft": (DRAFT, draft_tok, replace(DRAFT_SETTINGS, minutes=args.minutes_draft,
+                                                 tokens=args.tokens_draft))}
+    counts = {name: param_count(build_model(spec, tok)) for name, (spec, tok, _) in specs.items()}
     print(f"parameters: target {counts['target']:,}, draft {counts['draft']:,} "
           f"(ratio {counts['target'] / counts['draft']:.1f})", flush=True)
 
     streams = {}
     for name in (["target", "draft"] if args.only == "both" else [args.only]):
-        spec, tok, minutes, tokens, lr = specs[name]
+        spec, tok, settings = specs[name]
         stream = prepare_stream(name, texts, tok, args.seed, args.runs)
         val = prepare_stream(f"{name}_heldout", held, tok, args.seed + 1, args.runs)
         streams[name] = (stream, val)
@@ -306,7 +298,6 @@ def main(argv=None) -> None:
         source = stream_source(name, args.runs, texts)
         torch.manual_seed(args.seed)
         model = build_model(spec, tok)
-        settings = TrainSettings(minutes=minutes, tokens=tokens, lr=lr)
         state = train_model(name, model, stream, val, settings, args.seed, args.runs, device)
         info = {"spec": asdict(spec), "settings": asdict(settings), "parameters": param_count(model),
                 "tokens_seen": state["tokens"], "steps": state["step"],
@@ -339,7 +330,7 @@ def distill_draft(args, texts, target_tok, draft_tok, draft_streams, device) -> 
     for name, stream, loss_mask in variants:
         model = build_model(DRAFT, draft_tok)
         model.load_state_dict(base["model"])
-        settings = TrainSettings(minutes=args.distill_minutes, lr=1e-3, warmup_steps=20)
+        settings = replace(DISTILL_SETTINGS, minutes=args.distill_minutes)
         state = train_model(name, model, stream, val, settings, args.seed, args.runs, device, loss_mask)
         info = {"spec": asdict(DRAFT), "settings": asdict(settings), "parameters": param_count(model),
                 "continued_from": "draft", "base_tokens_seen": base["state"]["tokens"],

@@ -1,7 +1,7 @@
 """Speculative decoding figures of the default pair on held-out code, through the specfill engine.
 
-    python -m training.bench_pair --cases 40
-    python -m training.bench_pair --draft runs/default_pair/draft_plain --cases 40
+    python -m bench.default_pair_speedup --cases 40
+    python -m bench.default_pair_speedup --draft runs/default_pair/draft_plain --cases 40
 
 Two workloads, both from packages held out of training (training/corpus.py):
 * line: FIM (PSM) with one whole line masked, stop at ▁<EOT> (what an editor asks most);
@@ -20,30 +20,28 @@ import time
 
 import torch
 
-from training.corpus import build_corpus, codellama_fim_end, codellama_format, fim_prompt_ids, starcoder_format
+from training.corpus import build_corpus, encoder, fim_format, fim_prompt_ids
 from training.evaluate import fim_cases
 
 
-def _enc(tok, s: str) -> list[int]:
-    return tok(s, add_special_tokens=False).input_ids
-
-
 def requests(kind: str, n: int, seed: int, ttok, dtok):
-    """(target_ids, draft_ids, stop_ids, max_new_tokens) per request."""
+    """(target_ids, draft_ids, stop_ids, max_new_tokens) per request, each model's prompt in its
+    own format (the format the pair was trained on)."""
     held = build_corpus(seed=seed, max_train_bytes=0).held_out
+    tfmt, dfmt = fim_format(ttok), fim_format(dtok)
+    tenc, denc = encoder(ttok), encoder(dtok)
     if kind == "line":
-        stop = (codellama_fim_end(ttok), ttok.eos_token_id)
+        stop = (tfmt.fim_end, tfmt.end)
         for prefix, _line, suffix in fim_cases(held, n, seed):
-            yield (fim_prompt_ids(codellama_format(ttok), lambda s: _enc(ttok, s), prefix, suffix, False),
-                   fim_prompt_ids(starcoder_format(dtok), lambda s: _enc(dtok, s), prefix, suffix, False),
-                   stop, 32)
+            yield (fim_prompt_ids(tfmt, tenc, prefix, suffix, False),
+                   fim_prompt_ids(dfmt, denc, prefix, suffix, False), stop, 32)
         return
     rng = random.Random(seed)
     for _ in range(n):
         f = rng.choice(held)
         cut = f.text.find("\n", rng.randrange(len(f.text))) + 1 or len(f.text)
         prefix = f.text[:cut][-1200:]
-        yield ttok(prefix).input_ids, dtok(prefix, add_special_tokens=False).input_ids, (), 64
+        yield [*tfmt.start, *tenc(prefix)], [*dfmt.start, *denc(prefix)], (), 64
 
 
 def bench(draft: str, kind: str, n: int, seed: int, draft_length) -> dict:

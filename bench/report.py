@@ -44,12 +44,14 @@ def server_record(config, file, keystroke, line, character, trigger, window_ms, 
 
 
 def hf_record(config, file, keystroke, line, character, trigger, window_ms, latency_ms, text,
-              new_tokens, target_calls, prompt_tokens, stop_strings=()) -> dict:
+              raw_text, new_tokens, target_calls, prompt_tokens) -> dict:
+    """A request answered by transformers generate(): `text` is its output post-processed as the
+    server does (what an editor would show), `raw_text` the output itself."""
     r = _base(config, file, keystroke, line, character, trigger, window_ms, latency_ms, text)
     r.update(ran_model=True, from_cache=False, job_ms=None, new_tokens=new_tokens, target_calls=target_calls,
              drafted=None, accepted=None, prefill_tokens=prompt_tokens, reused_tokens=0,
              prompt_tokens=prompt_tokens, prefill_ms=None, draft_ms=None, verify_ms=None,
-             stop_reason=None, engine_ms=None, raw_text=text, stop_strings=list(stop_strings))
+             stop_reason=None, engine_ms=None, raw_text=raw_text)
     return r
 
 
@@ -64,15 +66,10 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def _until_stop(text: str, stops) -> str:
-    for stop in stops:
-        text = text.split(stop, 1)[0]
-    return text.strip()
-
-
 def same_as_plain(records: list[dict], config: str) -> tuple[int, int] | None:
-    """(model runs whose output equals plain generate()'s at the same keystroke, runs compared),
-    compared up to the stop string and ignoring surrounding whitespace; None without hf-plain."""
+    """(model runs whose output equals plain generate()'s at the same keystroke, runs compared):
+    the same ghost text, and raw outputs that agree as far as both decoded (each stops where its
+    answer was decided, a round may run a few tokens past); None without hf-plain."""
     plain = {(r["file"], r["keystroke"]): r for r in records if r["config"] == "hf-plain"}
     if not plain or config == "hf-plain":
         return None
@@ -81,9 +78,9 @@ def same_as_plain(records: list[dict], config: str) -> tuple[int, int] | None:
         p = plain.get((r["file"], r["keystroke"]))
         if r["config"] != config or not r["ran_model"] or r.get("raw_text") is None or p is None:
             continue
-        stops = p.get("stop_strings") or ()
         compared += 1
-        same += _until_stop(r["raw_text"], stops) == _until_stop(p["raw_text"], stops)
+        n = min(len(r["raw_text"]), len(p["raw_text"]))
+        same += r["text"] == p["text"] and r["raw_text"][:n] == p["raw_text"][:n]
     return same, compared
 
 

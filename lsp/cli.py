@@ -1,4 +1,4 @@
-"""`specfill serve` and `specfill complete` (engine/cli.py dispatches here; argv excludes the
+"""`specfill serve` and `specfill complete` (cli/main.py dispatches here; argv excludes the
 subcommand). Keep torch out of this module's imports: `serve` must redirect stdout first."""
 from __future__ import annotations
 

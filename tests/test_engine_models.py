@@ -49,7 +49,7 @@ def test_half_precision_weights_load_in_float32_on_cpu(tmp_path):
 
 
 def _cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
                           input=stdin, timeout=300)
 
 

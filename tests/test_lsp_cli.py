@@ -1,4 +1,4 @@
-"""`specfill complete` and `specfill serve` as processes (through engine/cli.py's dispatch),
+"""`specfill complete` and `specfill serve` as processes (through the command line in cli/),
 with the real tiny model pair."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from lsp_helpers import ROOT, SERVER_ENV, init_params, reference, stop_client, t
 
 pytestmark = pytest.mark.timeout(300)
 
-SPECFILL = [sys.executable, "-m", "engine.cli"]
+SPECFILL = [sys.executable, "-m", "cli"]   # what the `specfill` script runs
 SOURCE = "import os\n\n\ndef walk(root):\n    for name in os.listdir(root):\n        \n"
 AT = (6, 9)   # 1-based: the empty indented line
 
@@ -97,3 +97,14 @@ async def test_specfill_serve_speaks_lsp_on_stdout_only():
         assert client._server.returncode == 0
     finally:
         await stop_client(client)
+
+
+def test_the_command_line_loads_no_torch_before_a_subcommand_runs():
+    # `specfill serve` points stdout at stderr first; torch must not load (and may not
+    # write to stdout) before that, so importing the command line imports no engine.
+    probe = ("import sys, cli.main; "
+             "print(sorted(m for m in ('torch', 'transformers', 'engine') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=SERVER_ENV, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -1,9 +1,16 @@
-"""`specfill` command line: generate | complete | serve | bench."""
+"""`specfill generate`: continue a prompt file with the target model, drafted speculatively.
+
+The engine (and with it torch) is imported inside `generate_main`, so that importing the
+command line loads no torch (see cli/main.py)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine import LoadedModel
 
 
 def _draft_length(value: str) -> int | str:
@@ -39,9 +46,7 @@ def generate_main(argv: list[str]) -> int:
     if args.max_new_tokens < 1:
         p.error("--max-new-tokens must be at least 1")
 
-    from .engine import Engine
-    from .models import ModelLoadError
-    from .settings import EngineConfig, GenerationSettings
+    from engine import Engine, EngineConfig, GenerationSettings, ModelLoadError
 
     try:
         prompt = sys.stdin.read() if args.prompt_file == "-" else open(args.prompt_file, encoding="utf-8").read()
@@ -77,31 +82,7 @@ def generate_main(argv: list[str]) -> int:
     return 0
 
 
-def encode_prompt(loaded, text: str) -> list[int]:
+def encode_prompt(loaded: LoadedModel, text: str) -> list[int]:
     """Plain left-to-right prompt: BOS (when the tokenizer has one) + the text as text."""
-    bos = getattr(loaded.tokenizer, "bos_token_id", None)
+    bos = loaded.tokenizer.bos_token_id
     return ([bos] if bos is not None else []) + loaded.vocab.encode_text(text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {
-        "generate": ("engine.cli", "generate_main"),
-        "complete": ("lsp.cli", "complete_main"),
-        "serve": ("lsp.cli", "serve_main"),
-        "bench": ("bench.replay", "main"),
-    }
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: specfill {generate,complete,serve,bench} [options]\n"
-              "  generate  continue a prompt file (speculative decoding)\n"
-              "  complete  ghost text for FILE:LINE:COL, as the editor would get it\n"
-              "  serve     language server (stdio, or --tcp HOST:PORT)\n"
-              "  bench     keystroke-replay latency benchmark", file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    import importlib
-    module, func = commands[argv[0]]
-    return getattr(importlib.import_module(module), func)(argv[1:]) or 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

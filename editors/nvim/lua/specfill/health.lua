@@ -9,7 +9,8 @@ function M.check()
   else
     health.error('Neovim 0.11 or newer is needed (vim.lsp.config / vim.lsp.enable)')
   end
-  local cfg = vim.lsp.config.specfill
+  local opts = require('specfill.state').opts
+  local cfg = opts and vim.lsp.config[opts.name]
   if not cfg then
     health.warn("require('specfill').setup() has not run")
     return
@@ -20,14 +21,14 @@ function M.check()
   else
     health.error('server command not found: ' .. tostring(exe), { "pip install -e . in the specfill checkout, or setup({ cmd = { '/path/to/specfill', 'serve' } })" })
   end
-  if vim.lsp.inline_completion and vim.lsp.inline_completion.enable then
+  if require('specfill.renderer.builtin').available() then
     health.info('vim.lsp.inline_completion is available (renderer = "auto" uses it)')
   else
     health.info("no vim.lsp.inline_completion in this Neovim: specfill's own ghost text is used")
   end
-  local clients = vim.lsp.get_clients({ name = 'specfill' })
+  local clients = require('specfill.server').clients()
   if #clients > 0 then
-    health.ok(('server running (client %d): %s'):format(clients[1].id, require('specfill').statusline()))
+    health.ok(('server running (client %d, name %q): %s'):format(clients[1].id, opts.name, require('specfill').statusline()))
   else
     health.info('server not running (it starts when a file with a filetype opens)')
   end

@@ -1,0 +1,45 @@
+-- Autocommands: the specfill client's lifecycle (attach, model-loading progress, detach) for
+-- the statusline, and the renderer's own editing events.
+local api = vim.api
+local server = require('specfill.server')
+local status = require('specfill.status')
+
+local M = {}
+
+function M.setup(renderer)
+  local group = api.nvim_create_augroup('specfill', { clear = true })
+  api.nvim_create_autocmd('LspAttach', {
+    group = group,
+    callback = function(ev)
+      if server.is_ours(ev.data.client_id) then
+        status.attached()
+        renderer.attach(ev.buf)
+      end
+    end,
+  })
+  api.nvim_create_autocmd('LspProgress', {
+    group = group,
+    callback = function(ev)
+      if not server.is_ours(ev.data.client_id) then
+        return
+      end
+      local value = ev.data.params and ev.data.params.value or {}
+      if status.progress(value) then
+        renderer.models_loaded()
+      end
+      vim.cmd.redrawstatus({ bang = true, mods = { emsg_silent = true } })
+    end,
+  })
+  api.nvim_create_autocmd('LspDetach', {
+    group = group,
+    callback = function(ev)
+      if server.is_ours(ev.data.client_id) then
+        renderer.clear()
+        status.detached()
+      end
+    end,
+  })
+  renderer.create_autocmds(group)
+end
+
+return M

@@ -1,0 +1,17 @@
+-- Where the user is editing: the mode and the cursor of the current window.
+local api = vim.api
+
+local M = {}
+
+function M.in_insert_mode()
+  local mode = api.nvim_get_mode().mode:sub(1, 1)
+  return mode == 'i' or mode == 'R'
+end
+
+--- The cursor as (row, col): 0-based row, 0-based byte column.
+function M.cursor()
+  local pos = api.nvim_win_get_cursor(0)
+  return pos[1] - 1, pos[2]
+end
+
+return M

@@ -1,0 +1,183 @@
+-- specfill's own renderer (renderer = 'specfill', and 'auto' before Neovim 0.12): asks the
+-- server while you type (debounced), shows the answer as extmark ghost text, and has
+-- typing-through, accept-word and accept-line.
+local api = vim.api
+local editing = require('specfill.editing')
+local ghost = require('specfill.ghost')
+local server = require('specfill.server')
+local state = require('specfill.state')
+local status = require('specfill.status')
+local suggestion = require('specfill.suggestion')
+
+local M = {}
+
+local INLINE = 'textDocument/inlineCompletion'
+local TRIGGER_INVOKED, TRIGGER_AUTOMATIC = 1, 2
+local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
+
+local timer = nil -- debounce timer
+local pending = nil -- { client, id } of the request in flight
+
+local function stop_timer()
+  if timer then
+    timer:stop()
+  end
+end
+
+local function cancel_pending()
+  if pending then
+    pcall(pending.client.cancel_request, pending.client, pending.id)
+    pending = nil
+  end
+end
+
+function M.clear()
+  stop_timer()
+  cancel_pending()
+  ghost.clear()
+end
+
+--- Ask the server for a suggestion at the cursor now.
+--- trigger_kind: 1 = invoked by the user, 2 = automatic (default).
+function M.request(trigger_kind)
+  stop_timer()
+  local buf, client = server.request_target()
+  if not buf then
+    return
+  end
+  cancel_pending() -- Neovim never cancels superseded requests by itself
+  local row, col = editing.cursor()
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.context = { triggerKind = trigger_kind or TRIGGER_AUTOMATIC }
+  local req = {
+    client = client,
+    buf = buf,
+    row = row,
+    col = col,
+    tick = api.nvim_buf_get_changedtick(buf),
+    line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or '',
+    started = vim.uv.hrtime(),
+  }
+  local ok, id = client:request(INLINE, params, function(err, result)
+    if pending and pending.id == req.id then
+      pending = nil
+    end
+    if err then
+      if err.code ~= REQUEST_CANCELLED and err.code ~= CONTENT_MODIFIED then
+        status.failed()
+      end
+      return
+    end
+    status.answered(req.started)
+    local items = result and (result.items or result) or {}
+    local stale = api.nvim_get_current_buf() ~= buf or not editing.in_insert_mode() or not state.enabled
+    if items[1] and not stale and not (ghost.current and ghost.current.buf == buf) then
+      suggestion.present(req, items[1])
+    end
+  end, buf)
+  if ok then
+    req.id = id
+    pending = { client = client, id = id }
+  end
+end
+
+--- Request after `debounce_ms` of quiet (restarted by every keystroke).
+function M.schedule()
+  local opts = state.opts
+  if not (opts and state.enabled and opts.auto_trigger) then
+    return
+  end
+  timer = timer or vim.uv.new_timer()
+  timer:stop()
+  timer:start(
+    opts.debounce_ms,
+    0,
+    vim.schedule_wrap(function()
+      if not ghost.visible() then
+        M.request(TRIGGER_AUTOMATIC)
+      end
+    end)
+  )
+end
+
+M.visible = suggestion.visible
+
+local function accept(pick)
+  if M.visible() then
+    cancel_pending()
+    suggestion.accept(pick())
+  end
+end
+
+function M.accept()
+  accept(suggestion.all)
+end
+
+function M.accept_word()
+  accept(suggestion.next_word)
+end
+
+function M.accept_line()
+  accept(suggestion.next_line)
+end
+
+--- A specfill client attached to `buf`: nothing to set up, requests follow typing.
+function M.attach(_) end
+
+--- :SpecfillToggle: when off, requests stop at server.request_target().
+function M.set_enabled(_) end
+
+--- The models finished loading: requests made meanwhile got nothing, so ask again.
+function M.models_loaded()
+  if editing.in_insert_mode() and not ghost.visible() then
+    M.schedule()
+  end
+end
+
+--- Typing asks (debounced), typing the suggestion's own characters keeps it, anything else
+--- hides it.
+function M.create_autocmds(group)
+  api.nvim_create_autocmd({ 'TextChangedI', 'TextChangedP' }, {
+    group = group,
+    callback = function()
+      if not suggestion.sync() then
+        M.schedule()
+      end
+    end,
+  })
+  api.nvim_create_autocmd('CursorMovedI', {
+    group = group,
+    callback = function()
+      suggestion.sync() -- a typed char that matches keeps it; any other move hides it
+    end,
+  })
+  api.nvim_create_autocmd('InsertEnter', { group = group, callback = M.schedule })
+  api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, { group = group, callback = M.clear })
+end
+
+--- A key that acts only while a suggestion is visible and is itself otherwise.
+local function map_when_visible(lhs, action)
+  if not lhs then
+    return
+  end
+  vim.keymap.set('i', lhs, function()
+    if M.visible() then
+      return ('<Cmd>lua require("specfill").%s()<CR>'):format(action)
+    end
+    return lhs
+  end, { expr = true, replace_keycodes = true, silent = true, desc = 'specfill: ' .. action })
+end
+
+function M.map_keys(keys)
+  map_when_visible(keys.accept, 'accept')
+  map_when_visible(keys.accept_word, 'accept_word')
+  map_when_visible(keys.accept_line, 'accept_line')
+  map_when_visible(keys.dismiss, 'dismiss')
+  if keys.request then
+    vim.keymap.set('i', keys.request, function()
+      M.request(TRIGGER_INVOKED)
+    end, { silent = true, desc = 'specfill: request' })
+  end
+end
+
+return M

@@ -1,0 +1,61 @@
+-- What the statusline shows: the server's phase, its model-loading progress, the round trip of
+-- the last answer, and this client's counts (for :SpecfillStats).
+local M = {
+  phase = 'off', -- off | starting | loading | ready | error
+  percentage = nil, -- model loading progress, 0..100
+  latency_ms = nil, -- round trip of the last answered request
+  shown = 0, -- suggestions shown
+  accepted = 0, -- suggestions (fully or partly) accepted
+}
+
+function M.attached()
+  if M.phase == 'off' or M.phase == 'error' then
+    M.phase = 'starting'
+  end
+end
+
+function M.detached()
+  M.phase = 'off'
+end
+
+--- A `$/progress` value from the server (model loading). Returns true when loading ended.
+function M.progress(value)
+  if value.kind == 'begin' or value.kind == 'report' then
+    M.phase = 'loading'
+    M.percentage = value.percentage or M.percentage
+  elseif value.kind == 'end' then
+    M.phase, M.percentage = 'ready', nil
+    return true
+  end
+  return false
+end
+
+--- An answer to a request sent at `started` (vim.uv.hrtime()).
+function M.answered(started)
+  M.latency_ms = math.floor((vim.uv.hrtime() - started) / 1e6 + 0.5)
+  if M.phase ~= 'loading' then
+    M.phase = 'ready'
+  end
+end
+
+function M.failed()
+  M.phase = 'error'
+end
+
+--- 'specfill: loading 40%' / 'specfill: ready 35ms' / 'specfill: off' / '' (not attached).
+function M.line(enabled, attached)
+  if not enabled then
+    return 'specfill: off'
+  end
+  if not attached then
+    return M.phase == 'error' and 'specfill: error' or ''
+  end
+  if M.phase == 'loading' then
+    return M.percentage and ('specfill: loading %d%%'):format(M.percentage) or 'specfill: loading'
+  elseif M.phase == 'ready' then
+    return M.latency_ms and ('specfill: ready %dms'):format(M.latency_ms) or 'specfill: ready'
+  end
+  return 'specfill: ' .. M.phase
+end
+
+return M

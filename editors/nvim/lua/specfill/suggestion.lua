@@ -1,0 +1,131 @@
+-- The suggestion specfill's own renderer shows: made from the server's item, kept in step with
+-- what the user types, and inserted in whole or in part. Drawing is ghost.lua's job.
+local api = vim.api
+local editing = require('specfill.editing')
+local ghost = require('specfill.ghost')
+local state = require('specfill.state')
+local status = require('specfill.status')
+
+local M = {}
+
+--- Re-check the ghost text after the buffer or cursor changed: shrink it when the user
+--- typed exactly its next characters, hide it otherwise. Returns true if still visible.
+function M.sync()
+  local s = ghost.current
+  if not s then
+    return false
+  end
+  local buf = api.nvim_get_current_buf()
+  if buf ~= s.buf or not editing.in_insert_mode() then
+    ghost.clear()
+    return false
+  end
+  local row, col = editing.cursor()
+  local tick = api.nvim_buf_get_changedtick(buf)
+  if row == s.row and col == s.col and tick == s.tick then
+    return true
+  end
+  if tick ~= s.tick and row == s.row and col > s.col then
+    local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+    local typed = line:sub(s.col + 1, col)
+    if s.text:sub(1, #typed) == typed then
+      local rest = s.text:sub(#typed + 1)
+      if rest:match('^%s*$') then
+        ghost.clear()
+        return false
+      end
+      ghost.show(buf, row, col, rest, state.opts.hl_group, s.replace_len)
+      return true
+    end
+  end
+  ghost.clear()
+  return false
+end
+
+function M.visible()
+  return ghost.visible() and M.sync()
+end
+
+local function insert_text(item)
+  if type(item.insertText) == 'table' then
+    -- A snippet: show its plain text (placeholders become their defaults).
+    local ok, parsed = pcall(function()
+      return tostring(require('vim.lsp._snippet_grammar').parse(item.insertText.value))
+    end)
+    return ok and parsed or item.insertText.value
+  end
+  return item.insertText or ''
+end
+
+--- Show the server's `item` as ghost text anchored where request `req` was made
+--- ({ client, buf, row, col, tick, line }).
+function M.present(req, item)
+  local text = insert_text(item)
+  local replace_len = 0
+  if item.range then
+    local enc = req.client.offset_encoding
+    local ok_s, start = pcall(vim.str_byteindex, req.line, enc, item.range.start.character, false)
+    local ok_e, finish = pcall(vim.str_byteindex, req.line, enc, item.range['end'].character, false)
+    if not (ok_s and ok_e) or item.range.start.line ~= req.row or item.range['end'].line ~= req.row then
+      return
+    end
+    if start < req.col then
+      -- The item repeats what is already typed before the cursor: drop that part.
+      local typed = req.line:sub(start + 1, req.col)
+      if text:sub(1, #typed) ~= typed then
+        return
+      end
+      text = text:sub(#typed + 1)
+    end
+    replace_len = math.max(0, finish - req.col)
+  end
+  if text:match('^%s*$') then
+    return
+  end
+  -- Show it at the request's position, then let sync() account for keys typed since.
+  ghost.show(req.buf, req.row, req.col, text, state.opts.hl_group, replace_len)
+  ghost.current.tick = req.tick
+  if M.sync() then
+    status.shown = status.shown + 1
+  end
+end
+
+--- Insert `piece` (a prefix of the visible suggestion) and keep the rest on screen.
+function M.accept(piece)
+  local s = ghost.current
+  local whole = piece == s.text
+  local lines = vim.split(piece, '\n', { plain = true })
+  local line = api.nvim_buf_get_lines(s.buf, s.row, s.row + 1, false)[1] or ''
+  local end_col = whole and math.min(#line, s.col + s.replace_len) or s.col
+  local rest, replace_len = s.text:sub(#piece + 1), s.replace_len
+  ghost.clear()
+  api.nvim_buf_set_text(s.buf, s.row, s.col, s.row, end_col, lines)
+  local row = s.row + #lines - 1
+  local col = (#lines == 1 and s.col or 0) + #lines[#lines]
+  api.nvim_win_set_cursor(0, { row + 1, col })
+  status.accepted = status.accepted + 1
+  if rest ~= '' and not rest:match('^%s*$') then
+    ghost.show(s.buf, row, col, rest, state.opts.hl_group, replace_len)
+  end
+end
+
+--- The whole suggestion.
+function M.all()
+  return ghost.current.text
+end
+
+--- The suggestion's next word (with the whitespace before it).
+function M.next_word()
+  local text = ghost.current.text
+  local lead = text:match('^[ \t]*\n?[ \t]*')
+  local word = text:sub(#lead + 1):match('^[%w_]+') or text:sub(#lead + 1):match('^[^%w_%s]+') or ''
+  return text:sub(1, #lead + #word)
+end
+
+--- The rest of the suggestion's current line (or its next line if at a line end).
+function M.next_line()
+  local text = ghost.current.text
+  return text:match('^\n[^\n]*') or text:match('^[^\n]*')
+end
+
+return M

@@ -6,7 +6,7 @@ import inspect
 import textwrap
 
 from completion.context import ExtraContext, TokenCounter, cut_window, parse_document
-from completion.measure_layout import prompt_reuse, typing_session
+from bench.measure_layout import prompt_reuse, typing_session
 from completion.templates import load_template
 from tests.tiny_models import tiny_tokenizers
 

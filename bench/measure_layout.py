@@ -1,8 +1,7 @@
 """Measure PSM vs SPM prompt layouts on a replayed typing session.
 
-    python -m completion.measure_layout                      # prompts only, shipped/tiny tokenizers
-    python -m completion.measure_layout --engine default     # also run the engine on every keystroke
-    python -m completion.measure_layout --engine tiny        # tiny test pair (no shipped pair needed)
+    python -m bench.measure_layout                       # prompts only, the shipped pair's tokenizers
+    python -m bench.measure_layout --engine default      # also run the engine on every keystroke
 
 A function body of a real source file is deleted and typed back one character at a time; at
 every keystroke the completion prompt is built in each layout. Prompt-only figures count the
@@ -19,9 +18,13 @@ import statistics
 import textwrap
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from completion.context import TokenCounter, cut_window, parse_document
 from completion.templates import FimTemplate, load_template
+
+if TYPE_CHECKING:
+    from engine import Engine
 
 
 @dataclass
@@ -76,12 +79,10 @@ def prompt_reuse(template: FimTemplate, session: list[Keystroke], layout: str, p
             "recomputed_per_keystroke": round(computed / max(1, len(session)), 1)}
 
 
-def engine_replay(engine, session: list[Keystroke], layout: str, max_new_tokens: int = 16) -> dict:
+def engine_replay(engine: Engine, session: list[Keystroke], layout: str, max_new_tokens: int = 16) -> dict:
     from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
     pipe = CompletionPipeline(engine)
-    engine.pool.clear()
-    if getattr(getattr(engine, "drafter", None), "pool", None) is not None:
-        engine.drafter.pool.clear()
+    engine.clear_caches()
     opts = CompletionOptions(fim_layout=layout, max_new_tokens=max_new_tokens, extra_tokens=0)
     lat, prefill_ms = [], []
     t0 = time.perf_counter()
@@ -104,22 +105,16 @@ def engine_replay(engine, session: list[Keystroke], layout: str, max_new_tokens:
             "acceptance_rate": s["acceptance_rate"], "tokens_per_target_call": s["tokens_per_target_call"]}
 
 
-def _tokenizers(args):
-    if args.engine:
-        return None
-    try:
-        from transformers import AutoTokenizer
-        from engine.models import resolve_name
-        return (AutoTokenizer.from_pretrained(resolve_name("default", "target")),
-                AutoTokenizer.from_pretrained(resolve_name("default", "draft")), "shipped default pair")
-    except Exception:  # noqa: BLE001 - the shipped pair may not be trained yet
-        from tests.tiny_models import tiny_tokenizers
-        return (*tiny_tokenizers(), "tiny test tokenizers")
+def shipped_tokenizers():
+    from transformers import AutoTokenizer
+    from engine.models import resolve_name
+    return (AutoTokenizer.from_pretrained(resolve_name("default", "target")),
+            AutoTokenizer.from_pretrained(resolve_name("default", "draft")), "shipped default pair")
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--engine", choices=["default", "tiny"], help="also replay through a real engine")
+    p.add_argument("--engine", choices=["default"], help="also replay through the shipped pair")
     p.add_argument("--draft", default=None, help="draft for --engine default (default/ngram/none)")
     p.add_argument("--max-chars", type=int, default=None, help="type at most this many characters")
     p.add_argument("--max-new-tokens", type=int, default=16)
@@ -127,17 +122,13 @@ def main(argv=None) -> None:
     session = typing_session(inspect.getsource(textwrap), max_chars=args.max_chars)
     print(f"typing session: TextWrapper._split body retyped, {len(session)} keystrokes, "
           f"document {len(session[-1].text)} chars")
-    toks = _tokenizers(args)
     engine = None
     if args.engine:
         from engine import Engine, EngineConfig
-        if args.engine == "tiny":
-            from tests.tiny_models import tiny_pair_dirs
-            tdir, ddir = tiny_pair_dirs()
-            engine = Engine(EngineConfig(target=tdir, draft=args.draft or ddir, device="cpu"))
-        else:
-            engine = Engine(EngineConfig(draft=args.draft or "default"))
+        engine = Engine(EngineConfig(draft=args.draft or "default"))
         toks = (engine.target.tokenizer, engine.draft.tokenizer if engine.draft else None, f"engine {args.engine}")
+    else:
+        toks = shipped_tokenizers()
     target_tok, draft_tok, where = toks
     print(f"tokenizers: {where}")
     print(f"{'model':8} {'family':10} {'layout':6} {'prompt tok':>10} {'reused':>9} {'recomputed':>10} "

@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .kv import model_max_positions
+from .settings import DEVICE_PATTERN, DEVICES, DTYPES
 from .vocab import TokenVocab, build_vocab
 
 log = logging.getLogger("specfill.engine")
 
 DEFAULT_PAIR_DIR = Path(__file__).parent / "default_pair"
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class ModelLoadError(RuntimeError):
@@ -47,17 +47,23 @@ def resolve_name(name: str, role: str) -> str:
 
 
 def pick_device(device: str) -> torch.device:
-    if device not in DEVICES:
-        raise ModelLoadError(f"device {device!r}: not one of {', '.join(DEVICES)}")
+    """`auto`, `cpu`, `cuda`, `cuda:N` (one GPU of several) or `mps`."""
+    if not re.fullmatch(DEVICE_PATTERN, device):
+        raise ModelLoadError(f"device {device!r}: not one of {', '.join(DEVICES)} or cuda:N")
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device 'cuda': CUDA is not available on this machine")
-    return torch.device(device)
+    picked = torch.device(device)
+    if picked.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelLoadError(f"device {device!r}: CUDA is not available on this machine")
+        if picked.index is not None and picked.index >= torch.cuda.device_count():
+            raise ModelLoadError(f"device {device!r}: this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s)")
+    return picked
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:

@@ -1,15 +1,20 @@
 """Settings -> loaded models and completion options: the part shared by `serve` and `complete`.
 
-Imports torch (through engine/completion) only when called, so the server can redirect stdout
-before anything heavy is loaded.
+Models load when `load_backend` is called. The engine and pipeline modules are imported there
+too (the types below are for readers and checkers): the server imports this module only after
+`specfill serve` has pointed stdout at stderr.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lsp.settings import Settings
+
+if TYPE_CHECKING:   # imported for real inside the functions that load them
+    from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
+    from engine import Engine
 
 log = logging.getLogger("specfill.backend")
 
@@ -18,8 +23,8 @@ log = logging.getLogger("specfill.backend")
 class Backend:
     """A loaded engine and the completion pipeline on top of it; used from one thread only."""
 
-    engine: Any
-    pipeline: Any
+    engine: Engine
+    pipeline: CompletionPipeline
     settings: Settings   # the settings it was loaded with
     load_ms: float = 0.0
 
@@ -44,7 +49,7 @@ def load_backend(settings: Settings) -> Backend:
     return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
 
 
-def completion_options(settings: Settings) -> Any:
+def completion_options(settings: Settings) -> CompletionOptions:
     from completion.pipeline import CompletionOptions
 
     return CompletionOptions(
@@ -56,7 +61,7 @@ def completion_options(settings: Settings) -> Any:
         draft_length=settings.draftLength, time_budget_ms=settings.timeBudgetMs or None)
 
 
-def completion_request(uri: str, text: str, line: int, character: int) -> Any:
+def completion_request(uri: str, text: str, line: int, character: int) -> CompletionRequest:
     from completion.pipeline import CompletionRequest
 
     return CompletionRequest(uri=uri, text=encodable(text), line=line, character=character)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 
-def _protect_stdout():
+def protect_stdout():
     """Keep the real stdout for the protocol and point fd 1 (and sys.stdout) at stderr, so a
     stray print or a native library writing to stdout cannot corrupt the LSP stream."""
     sys.stdout.flush()
@@ -20,7 +20,7 @@ def _protect_stdout():
     return wire
 
 
-def _setup_logging(level: str, force: bool = False) -> None:
+def setup_logging(level: str, force: bool = False) -> None:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()), force=force,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level.upper() != "DEBUG":
@@ -52,12 +52,12 @@ def serve_main(argv: list[str] | None = None) -> int:
                         choices=["debug", "info", "warning", "error"], help="stderr log level")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
-    wire = None if args.tcp else _protect_stdout()
-    _setup_logging(args.log_level, force=True)   # the server owns this process's logging
+    wire = None if args.tcp else protect_stdout()
+    setup_logging(args.log_level, force=True)   # the server owns this process's logging
 
-    from lsp.server import make_server, stop_work  # after the redirect: pulls in pygls
-
-    server = make_server()
+    # After the redirect: this pulls in pygls, and the settings table pulls in torch.
+    from lsp.pygls_compat import shutdown_requested
+    from lsp.server import server, stop_work
     log = logging.getLogger("specfill.serve")
     try:
         if args.tcp:
@@ -70,7 +70,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         pass
     finally:
         stop_work(server)
-    code = 0 if server.protocol._shutdown else 1   # LSP: exit without shutdown -> 1
+    code = 0 if shutdown_requested(server) else 1   # LSP: exit without shutdown -> 1
     log.info("server stopped (exit code %d)", code)
     logging.shutdown()
     sys.stderr.flush()
@@ -78,7 +78,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     os._exit(code)
 
 
-def _parse_location(value: str) -> tuple[str, int, int]:
+def parse_location(value: str) -> tuple[str, int, int]:
     path, sep, rest = value.rpartition(":")
     path2, sep2, line = path.rpartition(":")
     if not sep or not sep2 or not line.isdigit() or not rest.isdigit():
@@ -89,28 +89,29 @@ def _parse_location(value: str) -> tuple[str, int, int]:
 
 
 def complete_main(argv: list[str] | None = None) -> int:
-    from lsp.settings import FIELDS, Settings, SettingsError, parse_settings
+    from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
 
     parser = argparse.ArgumentParser(
         prog="specfill complete",
         description="Complete FILE at LINE:COL (1-based; COL counts characters) with the same "
                     "pipeline as the language server and print the ghost text.")
-    parser.add_argument("location", type=_parse_location, metavar="FILE:LINE:COL")
+    parser.add_argument("location", type=parse_location, metavar="FILE:LINE:COL")
     parser.add_argument("--target", help="targetModel (default: the shipped pair)")
     parser.add_argument("--draft", help="draftModel: default, hub id, path, ngram or none")
-    parser.add_argument("--draft-length", help="auto or 1-16")
+    parser.add_argument("--draft-length", help="draftLength: auto or a number")
     parser.add_argument("--max-new-tokens", help="maxNewTokens")
     parser.add_argument("--multiline", help="auto, always or never")
-    parser.add_argument("--device", help="auto, cpu, cuda, cuda:N, mps")
-    parser.add_argument("--dtype", help="auto, float32, float16, bfloat16")
+    parser.add_argument("--device", help="device, e.g. auto, cpu or cuda:1")
+    parser.add_argument("--dtype", help="dtype, e.g. auto or float32")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="any other setting, e.g. --set prefixTokens=512 (repeatable)")
+                        help="any other setting, e.g. --set prefixTokens=512 (repeatable); "
+                             "`python -m lsp.settings --markdown` lists them")
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--json", action="store_true", help='print {"text": ..., "stats": {...}}')
     parser.add_argument("--log-level", default="warning",
                         choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    _setup_logging(args.log_level)
+    setup_logging(args.log_level)
 
     raw: dict = {}
     for name, value in (("targetModel", args.target), ("draftModel", args.draft),
@@ -121,13 +122,8 @@ def complete_main(argv: list[str] | None = None) -> int:
             raw[name] = value
     if args.trust_remote_code:
         raw["trustRemoteCode"] = True
-    for item in args.set:
-        name, eq, value = item.partition("=")
-        if not eq or name not in FIELDS:
-            parser.error(f"--set wants NAME=VALUE with a setting name, got {item!r} "
-                         f"(names: {', '.join(FIELDS)})")
-        raw[name] = value
     try:
+        raw.update(parse_assignment(item) for item in args.set)
         settings = parse_settings(raw, Settings())
     except SettingsError as exc:
         parser.error(str(exc))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
@@ -12,12 +12,15 @@ from lsp.loading import ensure_models
 from lsp.notify import log_to_client, show
 from lsp.settings import SettingsError, parse_settings, unknown_keys
 
+if TYPE_CHECKING:
+    from lsp.server import SpecfillServer
+
 log = logging.getLogger("specfill.config")
 
 SECTION = "specfill"
 
 
-def apply_settings(ls, raw: Any, source: str) -> bool:
+def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
     """Validate and apply a `specfill` section; on error keep the previous settings and tell
     the user. Returns whether anything was applied."""
     state = ls.state
@@ -42,7 +45,7 @@ def apply_settings(ls, raw: Any, source: str) -> bool:
     return True
 
 
-def pull_settings(ls) -> Future:
+def pull_settings(ls: SpecfillServer) -> Future:
     """Ask the client for the `specfill` section. A reply that arrives after a newer change
     (a push) is stale and dropped."""
     state = ls.state
@@ -69,7 +72,7 @@ def pull_settings(ls) -> Future:
     return fut
 
 
-def on_pushed_settings(ls, settings: Any, can_pull: bool) -> None:
+def on_pushed_settings(ls: SpecfillServer, settings: Any, can_pull: bool) -> None:
     if isinstance(settings, dict) and SECTION in settings:
         apply_settings(ls, settings[SECTION], "workspace/didChangeConfiguration")
     elif isinstance(settings, dict) and settings and not unknown_keys(settings):

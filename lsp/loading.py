@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from lsprotocol import types
 
@@ -15,10 +15,13 @@ from lsp.documents import note_open_documents
 from lsp.notify import client_supports, log_to_client, show
 from lsp.settings import MODEL_KEYS, Settings
 
+if TYPE_CHECKING:
+    from lsp.server import SpecfillServer
+
 log = logging.getLogger("specfill.loading")
 
 
-def ensure_models(ls, force: bool = False) -> None:
+def ensure_models(ls: SpecfillServer, force: bool = False) -> None:
     """Start loading the models the settings name, unless they are loaded or loading.
     Requests get empty answers until the load ends (they do not wait for it)."""
     state = ls.state
@@ -35,7 +38,7 @@ def ensure_models(ls, force: bool = False) -> None:
     asyncio.ensure_future(_load(ls, state.settings, state.load_generation))
 
 
-async def _begin_progress(ls, message: str) -> Optional[str]:
+async def _begin_progress(ls: SpecfillServer, message: str) -> Optional[str]:
     if not client_supports(ls, "window", "work_done_progress"):
         return None
     token = f"specfill-load-{uuid.uuid4().hex[:8]}"
@@ -49,7 +52,7 @@ async def _begin_progress(ls, message: str) -> Optional[str]:
     return token
 
 
-def _end_progress(ls, token: Optional[str], message: str) -> None:
+def _end_progress(ls: SpecfillServer, token: Optional[str], message: str) -> None:
     if token is None:
         return
     try:
@@ -66,14 +69,13 @@ def _load_and_warm(settings: Settings) -> backend.Backend:
         options = backend.completion_options(settings.replace(maxNewTokens=2))
         req = backend.completion_request("specfill://warmup", "def f(x):\n    return ", 1, 11)
         loaded.pipeline.complete(req, options, cancel=threading.Event())
-        if hasattr(loaded.pipeline, "reset_stats"):
-            loaded.pipeline.reset_stats()   # the warm-up is not a user request
+        loaded.pipeline.reset_stats()   # the warm-up is not a user request
     except Exception:
         log.warning("warm-up completion failed", exc_info=True)
     return loaded
 
 
-async def _load(ls, settings: Settings, generation: int) -> None:
+async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None:
     state = ls.state
     what = f"{settings.targetModel} + draft {settings.draftModel}"
     token = await _begin_progress(ls, f"loading {what}")
@@ -99,7 +101,7 @@ async def _load(ls, settings: Settings, generation: int) -> None:
     note_open_documents(ls)
 
 
-def _load_failed(ls, exc: BaseException, what: str, token: Optional[str], generation: int) -> None:
+def _load_failed(ls: SpecfillServer, exc: BaseException, what: str, token: Optional[str], generation: int) -> None:
     state = ls.state
     state.stats.load_failures += 1
     if backend.is_model_load_error(exc):

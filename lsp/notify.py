@@ -4,12 +4,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pygls.lsp.server import LanguageServer
+
 from lsprotocol import types
 
 log = logging.getLogger("specfill.server")
 
 
-def show(ls, message: str, kind=types.MessageType.Error) -> None:
+def show(ls: LanguageServer, message: str, kind=types.MessageType.Error) -> None:
     """window/showMessage (and stderr)."""
     log.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, "%s", message)
     try:
@@ -18,7 +20,7 @@ def show(ls, message: str, kind=types.MessageType.Error) -> None:
         log.debug("could not send showMessage", exc_info=True)
 
 
-def log_to_client(ls, message: str, kind=types.MessageType.Info) -> None:
+def log_to_client(ls: LanguageServer, message: str, kind=types.MessageType.Info) -> None:
     """window/logMessage (and stderr)."""
     log.info("%s", message)
     try:
@@ -27,8 +29,9 @@ def log_to_client(ls, message: str, kind=types.MessageType.Info) -> None:
         log.debug("could not send logMessage", exc_info=True)
 
 
-def client_supports(ls, *path: str) -> bool:
-    """Whether a client capability, e.g. ("window", "work_done_progress"), is declared true."""
+def client_supports(ls: LanguageServer, *path: str) -> bool:
+    """Whether a client capability, e.g. ("window", "work_done_progress"), is declared true
+    (lsprotocol's capability objects leave what the client did not declare as None)."""
     node: Any = ls.client_capabilities
     for name in path:
         node = getattr(node, name, None)

@@ -4,7 +4,11 @@ Threads: the asyncio loop (pygls) owns documents, settings and bookkeeping; ever
 runs on the one worker thread in `ServerState.worker`. A request hands the worker a
 `threading.Event`; superseding or cancelling the request sets it and decoding stops within
 one step. Other modules: config (settings sync), loading (models + progress), documents
-(sync), positions (encodings), state (what is kept), backend (settings -> engine/pipeline).
+(sync), positions (encodings), state (what is kept), backend (settings -> engine/pipeline),
+commands (the executeCommand ids), pygls_compat (the pygls internals used).
+
+As in pygls' own examples, `server` is the one server object and the handlers below are
+registered on it; `specfill serve` starts it.
 """
 from __future__ import annotations
 
@@ -14,19 +18,22 @@ import resource
 import threading
 import time
 from dataclasses import asdict
-from typing import Any, Optional
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any, Optional
 
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from lsp import backend
+from lsp import backend, commands
 from lsp.config import apply_settings, on_pushed_settings, pull_settings
-from lsp.documents import SpecfillProtocol
+from lsp.documents import SpecfillProtocol, document_key
 from lsp.loading import ensure_models
 from lsp.notify import client_supports
 from lsp.positions import LspWorkspace, to_client, to_codepoints
+from lsp.pygls_compat import pending_requests, replace_workspace
 from lsp.state import MAX_INFLIGHT, ServerState
+
+if TYPE_CHECKING:
+    from completion.pipeline import Completion, CompletionOptions, CompletionRequest
 
 log = logging.getLogger("specfill.server")
 
@@ -47,8 +54,8 @@ class SpecfillServer(LanguageServer):
 
 # ---------------------------------------------------------------------------------- completion
 
-def _run_job(state: ServerState, loaded: backend.Backend, request: Any, options: Any,
-             cancel: threading.Event) -> Any:
+def _run_job(state: ServerState, loaded: backend.Backend, request: CompletionRequest,
+             options: CompletionOptions, cancel: threading.Event) -> Optional[Completion]:
     """Worker thread: one pipeline call, unless the request was dropped while queued."""
     stats = state.stats
     if cancel.is_set():
@@ -75,20 +82,21 @@ def _run_job(state: ServerState, loaded: backend.Backend, request: Any, options:
     stats.stopped_jobs += stopped
     stats.last_job = {
         "ms": round((time.perf_counter() - t0) * 1000, 2), "cancelled": stopped,
-        "empty": completion is None, "from_cache": bool(getattr(completion, "from_cache", False)),
-        "stats": dict(getattr(completion, "stats", None) or {}),
+        "empty": completion is None,
+        "from_cache": completion.from_cache if completion is not None else False,
+        "stats": dict(completion.stats) if completion is not None else {},
     }
     return completion
 
 
-def _supersede(state: ServerState, uri: str, cancel: threading.Event) -> None:
+def _supersede(state: ServerState, key: str, cancel: threading.Event) -> None:
     """Make `cancel` the newest request: the previous one for the document stops (Neovim
     never cancels automatic requests itself), and so does the oldest beyond MAX_INFLIGHT."""
-    previous = state.inflight.pop(uri, None)
+    previous = state.inflight.pop(key, None)
     if previous is not None and not previous.is_set():
         previous.set()
         state.stats.superseded += 1
-    state.inflight[uri] = cancel
+    state.inflight[key] = cancel
     while len(state.inflight) > MAX_INFLIGHT:
         oldest = next(iter(state.inflight))
         state.inflight.pop(oldest).set()
@@ -106,7 +114,7 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
     if not settings.enable:
         stats.disabled += 1
         return None
-    key = unquote(uri)
+    key = document_key(uri)
     if key in state.oversized:
         stats.oversized_document += 1
         return None
@@ -130,13 +138,14 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
         return None
 
     cancel = threading.Event()
-    _supersede(state, uri, cancel)
+    _supersede(state, key, cancel)
     try:
         if settings.debounceMs and not invoked:
             await asyncio.sleep(settings.debounceMs / 1000)
         if cancel.is_set() or state.loading or state.backend is None:
             return None
-        request = backend.completion_request(uri, text, cursor[0], cursor[1])
+        # The pipeline knows the document by the URI it was opened with.
+        request = backend.completion_request(doc.uri, text, cursor[0], cursor[1])
         completion = await asyncio.get_running_loop().run_in_executor(
             state.worker, _run_job, state, state.backend, request,
             backend.completion_options(settings), cancel)
@@ -145,11 +154,11 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
         stats.cancelled += 1
         raise
     finally:
-        if state.inflight.get(uri) is cancel:
-            del state.inflight[uri]
+        if state.inflight.get(key) is cancel:
+            del state.inflight[key]
     if completion is None or not completion.text or cancel.is_set():
         return None
-    end_line, end_char = getattr(completion, "replace_end", None) or cursor
+    end_line, end_char = completion.replace_end
     start = to_client(lines, codec, *cursor)
     end = to_client(lines, codec, end_line, end_char)
     return completion.text, types.Range(start=start, end=end)
@@ -157,73 +166,78 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
 
 # ---------------------------------------------------------------------------------- server
 
-def make_server() -> SpecfillServer:
-    server = SpecfillServer()
+server = SpecfillServer()
 
-    @server.feature(types.INITIALIZE)
-    def on_initialize(ls: SpecfillServer, params: types.InitializeParams):
-        ws = ls.protocol._workspace
-        # Swap in a workspace whose documents split lines as LSP clients do.
-        ls.protocol._workspace = LspWorkspace(
-            ws.root_uri, ls._text_document_sync_kind,
-            list(ws.folders.values()) or None, ws.position_encoding)
-        apply_settings(ls, params.initialization_options, "initializationOptions")
 
-    @server.feature(types.INITIALIZED)
-    def on_initialized(ls: SpecfillServer, params: types.InitializedParams):
-        asyncio.ensure_future(_startup(ls))
+@server.feature(types.INITIALIZE)
+def on_initialize(ls: SpecfillServer, params: types.InitializeParams) -> None:
+    # Swap in a workspace whose documents split lines as LSP clients do.
+    replace_workspace(ls, LspWorkspace)
+    apply_settings(ls, params.initialization_options, "initializationOptions")
 
-    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def on_did_change_configuration(ls: SpecfillServer, params: types.DidChangeConfigurationParams):
-        on_pushed_settings(ls, params.settings, client_supports(ls, "workspace", "configuration"))
 
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    async def on_inline_completion(ls: SpecfillServer, params: types.InlineCompletionParams):
-        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        result = await complete_at(ls, params.text_document.uri, params.position, invoked)
-        if result is None:
-            ls.state.stats.empty += 1
-            return types.InlineCompletionList(items=[])
-        ls.state.stats.completions += 1
-        text, rng = result
-        return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=text, range=rng)])
+@server.feature(types.INITIALIZED)
+def on_initialized(ls: SpecfillServer, params: types.InitializedParams) -> None:
+    asyncio.ensure_future(_startup(ls))
 
-    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
-    async def on_completion(ls: SpecfillServer, params: types.CompletionParams):
-        # For clients without inline completion: the ghost text as one completion item.
-        result = await complete_at(ls, params.text_document.uri, params.position)
-        if result is None:
-            ls.state.stats.empty += 1
-            return types.CompletionList(is_incomplete=True, items=[])
-        ls.state.stats.completions += 1
-        text, rng = result
-        first = text.strip().splitlines()[0] if text.strip() else text
-        item = types.CompletionItem(
-            label=first[:80], kind=types.CompletionItemKind.Text, detail="specfill",
-            documentation=text, insert_text=text, sort_text="0", preselect=True,
-            text_edit=types.TextEdit(range=rng, new_text=text) if rng.start.line == rng.end.line
-            else None)
-        return types.CompletionList(is_incomplete=True, items=[item])
 
-    @server.command("specfill.stats")
-    def cmd_stats(ls: SpecfillServer, *args):
-        return stats_report(ls)
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def on_did_change_configuration(ls: SpecfillServer,
+                                params: types.DidChangeConfigurationParams) -> None:
+    on_pushed_settings(ls, params.settings, client_supports(ls, "workspace", "configuration"))
 
-    @server.command("specfill.lastCompletion")
-    def cmd_last_completion(ls: SpecfillServer, *args):
-        return last_completion_stats(ls)
 
-    @server.command("specfill.reload")
-    def cmd_reload(ls: SpecfillServer, *args):
-        ensure_models(ls, force=True)
-        return {"reloading": ls.state.loading, "targetModel": ls.state.settings.targetModel,
-                "draftModel": ls.state.settings.draftModel}
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def on_inline_completion(ls: SpecfillServer,
+                               params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    result = await complete_at(ls, params.text_document.uri, params.position, invoked)
+    if result is None:
+        ls.state.stats.empty += 1
+        return types.InlineCompletionList(items=[])
+    ls.state.stats.completions += 1
+    text, rng = result
+    return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=text, range=rng)])
 
-    @server.feature(types.SHUTDOWN)
-    def on_shutdown(ls: SpecfillServer, *args):
-        stop_work(ls)
 
-    return server
+@server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
+async def on_completion(ls: SpecfillServer, params: types.CompletionParams) -> types.CompletionList:
+    # For clients without inline completion: the ghost text as one completion item.
+    result = await complete_at(ls, params.text_document.uri, params.position)
+    if result is None:
+        ls.state.stats.empty += 1
+        return types.CompletionList(is_incomplete=True, items=[])
+    ls.state.stats.completions += 1
+    text, rng = result
+    first = text.strip().splitlines()[0] if text.strip() else text
+    item = types.CompletionItem(
+        label=first[:80], kind=types.CompletionItemKind.Text, detail="specfill",
+        documentation=text, insert_text=text, sort_text="0", preselect=True,
+        text_edit=types.TextEdit(range=rng, new_text=text) if rng.start.line == rng.end.line
+        else None)
+    return types.CompletionList(is_incomplete=True, items=[item])
+
+
+@server.command(commands.STATS)
+def cmd_stats(ls: SpecfillServer, *args) -> dict:
+    return stats_report(ls)
+
+
+@server.command(commands.LAST_COMPLETION)
+def cmd_last_completion(ls: SpecfillServer, *args) -> dict:
+    return last_completion_stats(ls)
+
+
+@server.command(commands.RELOAD)
+def cmd_reload(ls: SpecfillServer, *args) -> dict:
+    ensure_models(ls, force=True)
+    return {"reloading": ls.state.loading, "targetModel": ls.state.settings.targetModel,
+            "draftModel": ls.state.settings.draftModel}
+
+
+@server.feature(types.SHUTDOWN)
+def on_shutdown(ls: SpecfillServer, *args) -> None:
+    stop_work(ls)
 
 
 async def _startup(ls: SpecfillServer) -> None:
@@ -250,12 +264,12 @@ def stats_report(ls: SpecfillServer) -> dict:
                    "loaded": state.backend is not None, "loading": state.loading},
         "settings": state.settings.to_dict(),
         "settingsVersion": state.settings_version,
-        "positionEncoding": str(getattr(ls.workspace, "position_encoding", "")),
+        "positionEncoding": str(ls.workspace.position_encoding),
         "openDocuments": len(ls.workspace.text_documents),
         "oversizedDocuments": len(state.oversized),
         "inflight": len(state.inflight),
         "workerBusy": state.worker_busy,
-        "pendingRequests": len(ls.protocol._request_futures),
+        "pendingRequests": pending_requests(ls),
         "maxRssMb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -264,7 +278,7 @@ def last_completion_stats(ls: SpecfillServer) -> dict:
     """Engine and prompt figures of the latest model run, also when it showed nothing (the
     keystroke-replay benchmark reads them after every request; `specfill.stats` sums them)."""
     loaded = ls.state.backend
-    return dict(getattr(loaded.pipeline, "last_stats", None) or {}) if loaded is not None else {}
+    return dict(loaded.pipeline.last_stats) if loaded is not None else {}
 
 
 def stop_work(ls: SpecfillServer) -> None:

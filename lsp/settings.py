@@ -3,21 +3,28 @@
 Editors send these as the `specfill` configuration section (VS Code `specfill.*`, Neovim
 `settings = { specfill = {...} }` or `init_options`). `python -m lsp.settings --schema` prints
 the table as JSON so the editor manifests can be checked against it; `--markdown` prints the
-README table.
+README table. `schema()` is the table as data (name, type, default, allowed values, bounds,
+description) for anything that generates an editor's settings from it.
+
+The limits shared with the layers below are theirs (the draft length and device names from
+engine/settings.py, the document size from completion/context.py); this table only documents
+and enforces them.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-# The template families completion/templates.py knows (kept here so reading settings stays cheap;
-# tests check the two lists agree).
-FIM_TEMPLATES = ("codellama", "starcoder", "starcoder2", "deepseek", "qwen", "codegemma",
-                 "codestral", "plain")
+from completion.context import MAX_DOCUMENT_CHARS
+from completion.templates import FAMILIES, LAYOUTS
+from engine.settings import DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH
+
+FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
 MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens",
               "kvReuse")
@@ -30,6 +37,10 @@ class SettingsError(ValueError):
     def __init__(self, name: str, value: Any, allowed: str):
         self.name, self.value, self.allowed = name, value, allowed
         super().__init__(f"invalid value for specfill.{name}: {value!r} (allowed: {allowed})")
+
+
+def _quoted(names) -> str:
+    return ", ".join(f"`{n}`" for n in names)
 
 
 def _setting(default: Any, description: str, allowed: str, **extra: Any) -> Any:
@@ -51,7 +62,8 @@ class Settings:
         "`default`, hub id, local path, `ngram`, `none`")
     draftLength: Any = _setting(
         "auto", "Tokens drafted per target call; `auto` adapts to the acceptance rate.",
-        "`auto` or an integer 1-16", min=1, max=16, keywords=("auto",))
+        f"`auto` or an integer 1-{MAX_DRAFT_LENGTH}", min=1, max=MAX_DRAFT_LENGTH,
+        keywords=("auto",))
     maxNewTokens: int = _setting(64, "Most tokens generated for one completion.",
                                  "integer 1-1024", min=1, max=1024)
     maxLines: int = _setting(8, "Most lines in one multi-line completion.",
@@ -59,25 +71,24 @@ class Settings:
     temperature: float = _setting(
         0.0, "Sampling temperature; 0 is greedy (output equals the target's own greedy output).",
         "number 0-2", min=0.0, max=2.0)
-    device: str = _setting("auto", "Where the models run (`auto`: CUDA, else MPS, else CPU).",
-                           "`auto`, `cpu`, `cuda`, `mps`", choices=("auto", "cpu", "cuda", "mps"))
+    device: str = _setting(
+        "auto", "Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU).",
+        f"{_quoted(DEVICES)}, `cuda:N`", pattern=DEVICE_PATTERN)
     dtype: str = _setting("auto", "Weight precision (`auto`: float32 on CPU, bfloat16 or float16 "
-                          "on GPUs).",
-                          "`auto`, `float32`, `float16`, `bfloat16`",
-                          choices=("auto", "float32", "float16", "bfloat16"))
+                          "on GPUs).", _quoted(DTYPES), choices=DTYPES)
     fimTemplate: str = _setting(
         "auto", "Fill-in-the-middle prompt format; `auto` picks it from the target's tokenizer, "
         "`plain` completes from the prefix only.",
-        "`auto`, " + ", ".join(f"`{t}`" for t in FIM_TEMPLATES),
+        f"`auto`, {_quoted(FIM_TEMPLATES)}",
         choices=("auto", *FIM_TEMPLATES))
     draftFimTemplate: str = _setting(
         "auto", "The draft model's own prompt format (it may be another family than the target's).",
-        "`auto`, " + ", ".join(f"`{t}`" for t in FIM_TEMPLATES),
+        f"`auto`, {_quoted(FIM_TEMPLATES)}",
         choices=("auto", *FIM_TEMPLATES))
     fimLayout: str = _setting(
         "auto", "Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix "
         "first, keeps the KV cache valid while typing); `auto` picks per template.",
-        "`auto`, `psm`, `spm`", choices=("auto", "psm", "spm"))
+        f"`auto`, {_quoted(LAYOUTS)}", choices=("auto", *LAYOUTS))
     prefixTokens: int = _setting(1024, "Tokens of text before the cursor put in the prompt.",
                                  "integer 16-32768", min=16, max=32768)
     suffixTokens: int = _setting(256, "Tokens of text after the cursor put in the prompt.",
@@ -105,7 +116,7 @@ class Settings:
         "changed end of the prompt; off only to measure what reuse saves.", "true or false")
     maxDocumentChars: int = _setting(
         2_000_000, "Documents longer than this (characters) get no completions and are not kept "
-        "in memory.", "integer 1000-100000000", min=1000, max=100_000_000)
+        "in memory.", f"integer 1000-{MAX_DOCUMENT_CHARS}", min=1000, max=MAX_DOCUMENT_CHARS)
     trustRemoteCode: bool = _setting(
         False, "Allow model repositories to run their own Python code when loading. Off unless "
         "you trust the model's source.", "true or false")
@@ -172,6 +183,10 @@ def _check_value(name: str, value: Any) -> Any:
         if value.lower() not in meta["choices"]:
             raise SettingsError(name, value, allowed)
         return value.lower()
+    if "pattern" in meta:
+        if not re.fullmatch(meta["pattern"], value.lower()):
+            raise SettingsError(name, value, allowed)
+        return value.lower()
     if name in ("targetModel", "draftModel"):
         low = value.lower()
         if low in ("default", "ngram", "none"):
@@ -228,8 +243,20 @@ def schema() -> list[dict[str, Any]]:
                 entry[k] = meta[k]
         if "choices" in meta:
             entry["enum"] = list(meta["choices"])
+        if "pattern" in meta:
+            entry["pattern"] = meta["pattern"]
         out.append(entry)
     return out
+
+
+def parse_assignment(item: str) -> tuple[str, Any]:
+    """One `NAME=VALUE` from a command line (`--set maxNewTokens=32`): the setting's name and
+    its validated value. Raises SettingsError for an unknown name or a bad value."""
+    name, eq, value = item.partition("=")
+    name = name.strip()
+    if not eq or name not in FIELDS:
+        raise SettingsError(name or item, item, f"NAME=VALUE with NAME one of {', '.join(FIELDS)}")
+    return name, _check_value(name, value)
 
 
 def markdown_table() -> str:

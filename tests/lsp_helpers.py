@@ -1,5 +1,6 @@
 """Shared pieces of the language-server tests: hand-built client capabilities, a server command,
-and waits on what the real server process reports."""
+a test client that remembers its open documents and the server's exit code, a reset that puts
+a shared server back to a known state, and waits on what the real server process reports."""
 from __future__ import annotations
 
 import asyncio
@@ -10,11 +11,47 @@ import threading
 from pathlib import Path
 
 from lsprotocol import types
+from pygls.protocol import default_converter
+from pytest_lsp import LanguageClient
+from pytest_lsp.client import register_lsp_features
+
+from lsp import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_COMMAND = [sys.executable, "-m", "lsp", "--log-level", "info"]
 SERVER_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
               "TOKENIZERS_PARALLELISM": "false"}
+
+
+class TestClient(LanguageClient):
+    """pytest-lsp's client, plus what the tests ask of it: the documents it has open (so a
+    reset can close them) and the server's exit code (from pygls' public exit hook)."""
+
+    __test__ = False   # not a test class, whatever pytest makes of the name
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.open_documents: set[str] = set()
+        self.exit_code: int | None = None
+
+    def text_document_did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        self.open_documents.add(params.text_document.uri)
+        super().text_document_did_open(params)
+
+    def text_document_did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+        self.open_documents.discard(params.text_document.uri)
+        super().text_document_did_close(params)
+
+    async def server_exit(self, server) -> None:
+        self.exit_code = server.returncode
+        await super().server_exit(server)
+
+
+def make_client() -> TestClient:
+    """A TestClient answering the server's requests as pytest-lsp's own client does."""
+    client = TestClient(converter_factory=default_converter)
+    register_lsp_features(client)
+    return client
 
 
 def capabilities(encoding: str = "utf-16", configuration: bool = True,
@@ -132,7 +169,50 @@ def items(result) -> list:
 
 async def stats(client) -> dict:
     return await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="specfill.stats"))
+        types.ExecuteCommandParams(command=commands.STATS))
+
+
+async def reset(client: TestClient, settings: dict, timeout: float = 90.0) -> None:
+    """Put a shared server back where a test expects it: no open documents, exactly `settings`
+    in force (every other setting at its default, also for a later configuration pull), the
+    models those settings name loaded, nothing in flight."""
+    from lsp.settings import Settings, parse_settings
+
+    for uri in list(client.open_documents):
+        client.text_document_did_close(types.DidCloseTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=uri)))
+    wanted = parse_settings(settings, Settings()).to_dict()
+    client.set_configuration(dict(settings), section="specfill")
+    push_settings(client, wanted)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        s = await stats(client)
+        if (s["settings"] == wanted and s["models"]["loaded"] and not s["models"]["loading"]
+                and not s["inflight"] and not s["workerBusy"] and not s["openDocuments"]
+                and not s["oversizedDocuments"]):
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"the server did not come back to the test settings: {s}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_for_setting(client, name: str, value, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await stats(client))["settings"][name] != value:
+        if loop.time() > deadline:
+            raise AssertionError(f"setting {name} never became {value!r}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_until_idle(client, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (s := await stats(client))["inflight"] or s["workerBusy"]:
+        if loop.time() > deadline:
+            raise AssertionError("server never became idle")
+        await asyncio.sleep(0.02)
 
 
 def push_settings(client, section: dict | None) -> None:
@@ -140,16 +220,15 @@ def push_settings(client, section: dict | None) -> None:
         settings={"specfill": section} if section is not None else None))
 
 
+def server_stdin(client):
+    """The pipe the client writes the server's stdin through (for bytes no client would send)."""
+    return client.protocol.writer
+
+
 async def stop_client(client) -> None:
     """Stop a hand-started client even after a failed assertion (pygls' stop() waits for the
     server to exit, which it only does once its stdin closes)."""
-    process = getattr(client, "_server", None)
-    if process is not None and process.returncode is None:
-        if process.stdin is not None and not process.stdin.is_closing():
-            process.stdin.close()
-        try:
-            await asyncio.wait_for(process.wait(), 15)
-        except asyncio.TimeoutError:
-            process.kill()
-            await process.wait()
-    await client.stop()
+    stdin = server_stdin(client)
+    if stdin is not None and not stdin.is_closing():
+        stdin.close()
+    await asyncio.wait_for(client.stop(), 30)

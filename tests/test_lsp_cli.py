@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from lsprotocol import types
-from pytest_lsp import make_test_lsp_client
 
+from lsp import commands
 from lsp.cli import complete_main
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from lsp_helpers import ROOT, SERVER_ENV, init_params, reference, stop_client, tiny_pair  # noqa: E402
+from lsp_helpers import (ROOT, SERVER_ENV, init_params, make_client, reference,  # noqa: E402
+                         stop_client, tiny_pair, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -85,16 +86,17 @@ def test_complete_rejects_bad_settings_and_models_clearly(source_file, capsys):
 
 @pytest.mark.asyncio
 async def test_specfill_serve_speaks_lsp_on_stdout_only():
-    client = make_test_lsp_client()
+    client = make_client()
     await client.start_io(*SPECFILL, "serve", env=SERVER_ENV)
     try:
         result = await client.initialize_session(init_params({"enable": False}))
         assert result.capabilities.inline_completion_provider is not None
         reply = await client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="specfill.stats"))
+            types.ExecuteCommandParams(command=commands.STATS))
         assert reply["settings"]["enable"] is False and reply["models"]["loaded"] is False
         await client.shutdown_session()
-        assert client._server.returncode == 0
+        await wait_until(lambda: client.exit_code is not None, 30, "the server to exit")
+        assert client.exit_code == 0
     finally:
         await stop_client(client)
 

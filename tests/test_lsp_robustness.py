@@ -9,14 +9,16 @@ import subprocess
 import sys
 
 import pytest
+import pytest_asyncio
 import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient, make_test_lsp_client
+from pytest_lsp import ClientServerConfig, LanguageClient
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,  # noqa: E402
-                         items, open_doc, push_settings, reference, stats, tiny_options,
-                         stop_client, wait_loaded, wait_until)
+                         items, make_client, open_doc, push_settings, reference, reset,
+                         server_stdin, stats, stop_client, tiny_options, wait_for_setting,
+                         wait_loaded, wait_until)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -25,14 +27,21 @@ GOOD = "def area(r):\n    return 3.14 * \n"
 GOOD_AT = (1, 18)
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND,
-                                                                server_env=SERVER_ENV))
-async def client(lsp_client: LanguageClient):
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
+    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
+async def shared(lsp_client: LanguageClient):
     await lsp_client.initialize_session(init_params(tiny_options(maxNewTokens=16)))
     await wait_loaded(lsp_client)
-    open_doc(lsp_client, GOOD_URI, GOOD)
     yield
     await lsp_client.shutdown_session()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(shared):
+    """The shared server with no documents but GOOD open and the module's settings."""
+    await reset(shared, tiny_options(maxNewTokens=16))
+    open_doc(shared, GOOD_URI, GOOD)
+    return shared
 
 
 async def still_serving(client) -> None:
@@ -130,7 +139,7 @@ async def test_a_burst_of_a_thousand_requests(client):
 async def test_requests_across_many_documents_are_capped(client):
     """At most MAX_INFLIGHT (4) requests wait or decode at once; older ones are dropped."""
     push_settings(client, {"debounceMs": 1000})
-    await wait_until_setting(client, "debounceMs", 1000)
+    await wait_for_setting(client, "debounceMs", 1000)
     uris = [f"file:///work/many{i}.py" for i in range(6)]
     for uri in uris:
         open_doc(client, uri, GOOD)
@@ -141,29 +150,19 @@ async def test_requests_across_many_documents_are_capped(client):
     assert [[i.insert_text for i in items(r)] for r in results[2:]] == \
         [[e] if e else [] for e in expected[2:]]
     assert (await stats(client))["server"]["superseded"] == before + 2
-    push_settings(client, {"debounceMs": 0})
-    await wait_until_setting(client, "debounceMs", 0)
-
-
-async def wait_until_setting(client, name, value):
-    for _ in range(1500):
-        if (await stats(client))["settings"][name] == value:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{name} never became {value!r}")
 
 
 async def test_junk_on_the_wire_is_survived(client):
     for body in (b"\xff\xfe{not json!", b'{"jsonrpc": "2.0", "id": 1234}',
                  b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"x": 1}}'):
-        client._server.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    await client._server.stdin.drain()
+        server_stdin(client).write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await server_stdin(client).drain()
     await still_serving(client)
 
 
 async def test_utf8_client_positions():
     """Neovim may negotiate utf-8: columns count bytes."""
-    client = make_test_lsp_client()
+    client = make_client()
     await client.start_io(*SERVER_COMMAND, env=SERVER_ENV)
     try:
         result = await client.initialize_session(init_params(tiny_options(maxNewTokens=16),
@@ -193,9 +192,8 @@ async def test_utf8_client_positions():
 
 
 async def test_client_disappearing_mid_request_ends_the_server():
-    client = make_test_lsp_client()
+    client = make_client()
     await client.start_io(*SERVER_COMMAND, env=SERVER_ENV)
-    process = client._server
     try:
         await client.initialize_session(init_params(tiny_options(
             maxNewTokens=1024, multiline="always", maxLines=200)))
@@ -206,9 +204,9 @@ async def test_client_disappearing_mid_request_ends_the_server():
         pending = asyncio.ensure_future(inline(client, uri, 2, 8))
         while (await stats(client))["server"]["decode_jobs"] == jobs:
             await asyncio.sleep(0.01)
-        process.stdin.close()          # the editor is gone: no shutdown, no exit
-        code = await asyncio.wait_for(process.wait(), 60)
-        assert code == 1               # LSP: exit without shutdown -> 1
+        server_stdin(client).close()   # the editor is gone: no shutdown, no exit
+        await wait_until(lambda: client.exit_code is not None, 60, "the server to exit")
+        assert client.exit_code == 1   # LSP: exit without shutdown -> 1
         pending.cancel()
     finally:
         await stop_client(client)
@@ -220,7 +218,7 @@ async def test_tcp_listens_on_loopback():
         port = s.getsockname()[1]
     process = await asyncio.create_subprocess_exec(
         *SERVER_COMMAND, "--tcp", str(port), env=SERVER_ENV, stderr=asyncio.subprocess.DEVNULL)
-    client = make_test_lsp_client()
+    client = make_client()
     try:
         for _ in range(300):
             try:
@@ -262,8 +260,8 @@ def parse_frames(data: bytes) -> list[dict]:
 @pytest.mark.asyncio
 async def test_stray_output_cannot_reach_the_wire():
     """Anything printed, or written to fd 1 by native code, after startup goes to stderr."""
-    inject = ("import os, sys; from lsp import cli; setup = cli._setup_logging; "
-              "cli._setup_logging = lambda *a, **k: (setup(*a, **k), print('stray print'), "
+    inject = ("import os, sys; from lsp import cli; setup = cli.setup_logging; "
+              "cli.setup_logging = lambda *a, **k: (setup(*a, **k), print('stray print'), "
               "os.write(1, b'stray fd write\\n')); sys.exit(cli.serve_main([]))")
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",

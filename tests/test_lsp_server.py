@@ -1,21 +1,27 @@
 """The real specfill server process over stdio, driven by pytest-lsp, with a real tiny model pair
-(tests/tiny_models.py). One server for the module; the tests run in order and share it, so each
-one asserts on the change it makes."""
+(tests/tiny_models.py). One server process for the module (loading models is the slow part);
+before every test `reset` closes every document and puts the settings back, so each test
+stands alone and can run by itself or in any order."""
 from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import pytest_lsp
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from lsp import commands
+
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, ended_loads, init_params,  # noqa: E402
-                         inline, inline_params, items, open_doc, push_settings, reference,
-                         stats, tiny_options, wait_loaded, wait_until)
+                         inline, inline_params, items, make_client, open_doc, push_settings,
+                         reference, reset, stats, stop_client, tiny_options, wait_for_setting,
+                         wait_loaded, wait_until, wait_until_idle)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -26,16 +32,24 @@ DOC = ("import json\n\n\n"
        "        return json.\n\n\n"
        "def save(path, data):\n"
        "    \n")
+DOC_URI = "file:///work/doc.py"
 PULLED = {"maxNewTokens": 24}   # what the client answers to workspace/configuration
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND,
-                                                                server_env=SERVER_ENV))
-async def client(lsp_client: LanguageClient):
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
+    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
+async def shared(lsp_client: LanguageClient):
     lsp_client.set_configuration(dict(PULLED), section="specfill")
     lsp_client.init_result = await lsp_client.initialize_session(init_params(tiny_options()))
+    await wait_loaded(lsp_client)
     yield
     await lsp_client.shutdown_session()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(shared):
+    await reset(shared, {**tiny_options(), **PULLED})
+    return shared
 
 
 def ref(uri: str, text: str, line: int, character: int, **settings) -> str:
@@ -47,35 +61,63 @@ async def test_capabilities_advertise_inline_completion_and_incremental_sync(cli
     assert caps.inline_completion_provider is not None
     assert caps.completion_provider is not None
     assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
-    assert set(caps.execute_command_provider.commands) >= {"specfill.stats", "specfill.reload"}
+    assert set(caps.execute_command_provider.commands) == set(commands.ALL.values())
     assert caps.position_encoding == types.PositionEncodingKind.Utf16
     assert client.init_result.server_info.name == "specfill"
 
 
+async def test_startup_applies_initialization_options_then_the_pulled_configuration():
+    """A server of its own (completions off, so no models load): initializationOptions first,
+    then the workspace/configuration pull on top."""
+    fresh = make_client()
+    fresh.set_configuration({"maxNewTokens": 24, "maxLines": 3}, section="specfill")
+    await fresh.start_io(*SERVER_COMMAND, env=SERVER_ENV)
+    try:
+        await fresh.initialize_session(init_params({"enable": False, "maxLines": 5,
+                                                    "prefixTokens": 512}))
+        await wait_for_setting(fresh, "maxNewTokens", 24)
+        s = await stats(fresh)
+        assert (s["settings"]["enable"], s["settings"]["prefixTokens"]) == (False, 512)
+        assert s["settings"]["maxLines"] == 3       # the pull wins over initializationOptions
+        assert not s["models"]["loaded"] and not s["models"]["loading"]
+        await fresh.shutdown_session()
+    finally:
+        await stop_client(fresh)
+
+
 async def test_request_while_models_load_gets_an_empty_result(client):
     open_doc(client, "file:///early.py", "def f(x):\n    return ")
-    result = await inline(client, "file:///early.py", 1, 11)
-    assert items(result) == []
-    assert (await stats(client))["server"]["while_loading"] == 1
+    loads = len(ended_loads(client))
+    before = (await stats(client))["server"]["while_loading"]
+    reply = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=commands.RELOAD))
+    assert reply["reloading"] is True
+    assert items(await inline(client, "file:///early.py", 1, 11)) == []
+    assert (await stats(client))["server"]["while_loading"] == before + 1
+    assert (await wait_loaded(client, loads + 1)).startswith("ready")
 
 
 async def test_model_loading_reports_work_done_progress(client):
-    message = await wait_loaded(client)
+    tokens = set(client.progress_reports)
+    loads = len(ended_loads(client))
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command=commands.RELOAD))
+    message = await wait_loaded(client, loads + 1)
     assert message.startswith("ready")
-    [token] = client.progress_reports
-    begin = client.progress_reports[token][0]
+    [token] = set(client.progress_reports) - tokens
+    begin, *_, end = client.progress_reports[token]
     assert isinstance(begin, types.WorkDoneProgressBegin) and "loading" in begin.message
+    assert isinstance(end, types.WorkDoneProgressEnd) and end.message == message
 
 
-async def test_pulled_configuration_and_initialization_options_are_in_force(client):
+async def test_settings_in_force_name_the_loaded_models(client):
     s = await stats(client)
-    assert s["settings"]["maxNewTokens"] == PULLED["maxNewTokens"]          # workspace/configuration
-    assert s["settings"]["targetModel"] == tiny_options()["targetModel"]   # initializationOptions
+    assert s["settings"]["maxNewTokens"] == PULLED["maxNewTokens"]
+    assert s["settings"]["targetModel"] == tiny_options()["targetModel"]
     assert s["models"]["loaded"] and not s["models"]["loading"]
 
 
 async def test_inline_completion_equals_the_pipeline_at_a_non_ascii_position(client):
-    uri = "file:///work/doc.py"
+    uri = DOC_URI
     open_doc(client, uri, DOC)
     line = 4
     col = DOC.splitlines()[line].index("at path")          # after the emoji: codepoints
@@ -89,11 +131,41 @@ async def test_inline_completion_equals_the_pipeline_at_a_non_ascii_position(cli
     assert s["server"]["completions"] >= 1 and s["pipeline"]["requests"] >= 1
 
 
+async def test_a_percent_encoded_uri_and_its_plain_spelling_are_one_document(client):
+    """VS Code percent-encodes a path with a space or non-ASCII characters; the server knows
+    the document by one key whichever spelling a message uses."""
+    encoded = Path("/work/my project/naïve façade.py").as_uri()
+    plain = "file:///work/my project/naïve façade.py"
+    assert encoded == "file:///work/my%20project/na%C3%AFve%20fa%C3%A7ade.py" != plain
+    text = "def area(r):\n    return \n"
+    open_doc(client, encoded, text)
+    expected = ref(encoded, text, 1, 11)
+    assert [i.insert_text for i in items(await inline(client, plain, 1, 11))] == \
+        ([expected] if expected else [])
+    # A request under one spelling supersedes the one in flight under the other.
+    push_settings(client, {"debounceMs": 1000})
+    await wait_for_setting(client, "debounceMs", 1000)
+    superseded = (await stats(client))["server"]["superseded"]
+    first = asyncio.ensure_future(inline(client, encoded, 1, 11))
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(inline(client, plain, 1, 11))
+    first_result, second_result = await asyncio.gather(first, second)
+    assert items(first_result) == []
+    assert [i.insert_text for i in items(second_result)] == ([expected] if expected else [])
+    s = await stats(client)
+    assert s["server"]["superseded"] == superseded + 1 and s["openDocuments"] == 1
+    client.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=plain)))
+    client.open_documents.discard(encoded)
+    assert (await stats(client))["openDocuments"] == 0
+
+
 async def test_completion_request_fallback_offers_the_same_text(client):
+    open_doc(client, DOC_URI, DOC)
     line, col = 6, len("        return json.")
-    expected = ref("file:///work/doc.py", DOC, line, col)
+    expected = ref(DOC_URI, DOC, line, col)
     result = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///work/doc.py"),
+        text_document=types.TextDocumentIdentifier(uri=DOC_URI),
         position=types.Position(line=line, character=col)))
     got = [i.insert_text for i in result.items]
     assert got == ([expected] if expected else [])
@@ -110,6 +182,7 @@ async def test_incremental_changes_are_applied_before_completing(client):
 
 
 async def test_pushed_settings_apply_and_invalid_ones_are_refused_with_a_message(client):
+    open_doc(client, DOC_URI, DOC)
     push_settings(client, {"maxNewTokens": 8})
     await wait_for_setting(client, "maxNewTokens", 8)
     before = len(client.messages)
@@ -121,8 +194,8 @@ async def test_pushed_settings_apply_and_invalid_ones_are_refused_with_a_message
     s = await stats(client)
     assert s["settings"]["maxNewTokens"] == 8 and s["settings"]["draftLength"] == "auto"
     # still serving, with the settings that were in force
-    got = [i.insert_text for i in items(await inline(client, "file:///work/doc.py", 6, 20))]
-    expected = ref("file:///work/doc.py", DOC, 6, 20, maxNewTokens=8)
+    got = [i.insert_text for i in items(await inline(client, DOC_URI, 6, 20))]
+    expected = ref(DOC_URI, DOC, 6, 20, maxNewTokens=8)
     assert got == ([expected] if expected else [])
 
 
@@ -130,9 +203,6 @@ async def test_a_push_without_values_makes_the_server_pull(client):
     client.set_configuration({"maxNewTokens": 12}, section="specfill")
     push_settings(client, None)
     await wait_for_setting(client, "maxNewTokens", 12)
-    client.set_configuration(dict(PULLED), section="specfill")
-    push_settings(client, dict(PULLED))
-    await wait_for_setting(client, "maxNewTokens", PULLED["maxNewTokens"])
 
 
 async def test_a_newer_request_for_the_document_supersedes_the_one_in_flight(client):
@@ -149,16 +219,15 @@ async def test_a_newer_request_for_the_document_supersedes_the_one_in_flight(cli
     assert items(first_result) == []                        # answered, but empty
     assert [i.insert_text for i in items(second_result)] == [t for t in [ref(uri, text, 1, 11)] if t]
     assert (await stats(client))["server"]["superseded"] == superseded + 1
-    push_settings(client, {"debounceMs": 0})
-    await wait_for_setting(client, "debounceMs", 0)
 
 
 async def test_cancel_request_during_debounce_answers_request_cancelled(client):
     push_settings(client, {"debounceMs": 3000})
     await wait_for_setting(client, "debounceMs", 3000)
+    open_doc(client, DOC_URI, DOC)
     cancelled = (await stats(client))["server"]["cancelled"]
     fut = asyncio.ensure_future(client.protocol.send_request_async(
-        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params("file:///work/doc.py", 6, 20),
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(DOC_URI, 6, 20),
         msg_id="cancel-me-1"))
     await asyncio.sleep(0.2)
     client.cancel_request(types.CancelParams(id="cancel-me-1"))
@@ -166,8 +235,6 @@ async def test_cancel_request_during_debounce_answers_request_cancelled(client):
         await fut
     s = await stats(client)
     assert s["server"]["cancelled"] == cancelled + 1 and s["inflight"] == 0
-    push_settings(client, {"debounceMs": 0})
-    await wait_for_setting(client, "debounceMs", 0)
 
 
 async def test_cancel_request_stops_a_running_decode(client):
@@ -190,16 +257,15 @@ async def test_cancel_request_stops_a_running_decode(client):
     after = await stats(client)
     assert after["server"]["stopped_jobs"] == before["server"]["stopped_jobs"] + 1
     assert after["pipeline"]["cancelled"] == before["pipeline"]["cancelled"] + 1
-    push_settings(client, {"maxNewTokens": PULLED["maxNewTokens"], "multiline": "auto", "maxLines": 8})
-    await wait_for_setting(client, "maxNewTokens", PULLED["maxNewTokens"])
 
 
 async def test_changing_the_draft_reloads_in_background_and_output_stays_the_targets(client):
     loads = len(ended_loads(client))
+    loaded = (await stats(client))["server"]["loads"]
     push_settings(client, {"draftModel": "ngram"})
     await wait_loaded(client, loads + 1)
     s = await stats(client)
-    assert s["models"]["draftModel"] == "ngram" and s["server"]["loads"] == 2
+    assert s["models"]["draftModel"] == "ngram" and s["server"]["loads"] == loaded + 1
     uri = "file:///work/ngram.py"
     open_doc(client, uri, DOC)
     got = [i.insert_text for i in items(await inline(client, uri, 6, len("        return json.")))]
@@ -208,7 +274,9 @@ async def test_changing_the_draft_reloads_in_background_and_output_stays_the_tar
 
 
 async def test_a_model_that_cannot_load_is_reported_and_the_previous_stays(client):
+    open_doc(client, DOC_URI, DOC)
     loads = len(ended_loads(client))
+    failures = (await stats(client))["server"]["load_failures"]
     before = len(client.messages)
     push_settings(client, {"targetModel": "/nonexistent/specfill-model"})
     message = await wait_loaded(client, loads + 1)
@@ -217,45 +285,30 @@ async def test_a_model_that_cannot_load_is_reported_and_the_previous_stays(clien
     assert error.type == types.MessageType.Error and "/nonexistent/specfill-model" in error.message
     s = await stats(client)
     assert s["settings"]["targetModel"] == tiny_options()["targetModel"]
-    assert s["models"]["loaded"] and s["server"]["load_failures"] == 1
+    assert s["models"]["loaded"] and s["server"]["load_failures"] == failures + 1
     col = len("        return json.")
-    got = [i.insert_text for i in items(await inline(client, "file:///work/doc.py", 6, col))]
-    expected = ref("file:///work/doc.py", DOC, 6, col)
+    got = [i.insert_text for i in items(await inline(client, DOC_URI, 6, col))]
+    expected = ref(DOC_URI, DOC, 6, col)
     assert got == ([expected] if expected else [])
 
 
 async def test_stats_and_reload_commands(client):
+    open_doc(client, DOC_URI, DOC)
+    requests = (await stats(client))["server"]["requests"]
+    await inline(client, DOC_URI, 6, len("        return json."))
     s = await stats(client)
     pipeline = s["pipeline"]
     for key in ("latency_ms", "acceptance_rate", "tokens_per_target_call", "kv_reuse",
                 "cache_hit_rate", "requests"):
         assert key in pipeline
     assert pipeline["latency_ms"]["p50"] is not None
-    assert s["server"]["requests"] >= 8 and s["pendingRequests"] <= 2
+    assert s["server"]["requests"] == requests + 1 and s["pendingRequests"] <= 2
     loads = len(ended_loads(client))
     reply = await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="specfill.reload"))
+        types.ExecuteCommandParams(command=commands.RELOAD))
     assert reply["reloading"] is True
     assert (await wait_loaded(client, loads + 1)).startswith("ready")
 
 
 LONG_DOC = "class Parser:\n    def __init__(self, text):\n        \n"
 LONG_AT = (2, 8)
-
-
-async def wait_for_setting(client, name, value, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (await stats(client))["settings"][name] != value:
-        if loop.time() > deadline:
-            raise AssertionError(f"setting {name} never became {value!r}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_until_idle(client, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (s := await stats(client))["inflight"] or s["workerBusy"]:
-        if loop.time() > deadline:
-            raise AssertionError("server never became idle")
-        await asyncio.sleep(0.02)

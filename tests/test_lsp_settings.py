@@ -10,10 +10,12 @@ import pytest
 from lsprotocol import types
 from pygls.workspace.position_codec import PositionCodec
 
-from lsp.cli import _parse_location, parse_tcp
+from completion.context import MAX_DOCUMENT_CHARS
+from engine.settings import DEVICES, DTYPES, MAX_DRAFT_LENGTH
+from lsp.cli import parse_location, parse_tcp
 from lsp.positions import split_lines, to_client, to_codepoints
 from lsp.settings import (FIELDS, FIM_TEMPLATES, Settings, SettingsError, markdown_table,
-                          parse_settings, schema, unknown_keys)
+                          parse_assignment, parse_settings, schema, unknown_keys)
 
 
 def test_defaults_name_the_builtin_pair_and_keep_remote_code_off():
@@ -29,6 +31,7 @@ def test_values_are_applied_and_coerced():
     assert (s.draftLength, s.multiline, s.temperature, s.maxNewTokens) == (4, "never", 0.5, 32)
     assert (s.enable, s.device, s.draftModel, s.fimTemplate) == (False, "cuda", "ngram", "starcoder")
     assert parse_settings({"draftLength": "AUTO"}, s).draftLength == "auto"
+    assert parse_settings({"device": "CUDA:1"}, s).device == "cuda:1"
 
 
 def test_missing_keys_keep_previous_and_null_resets_to_default():
@@ -49,7 +52,8 @@ def test_unknown_keys_are_ignored_but_reported():
     ("draftLength", 0), ("draftLength", 17), ("draftLength", "fast"), ("draftLength", 2.5),
     ("maxNewTokens", True), ("maxNewTokens", -1), ("temperature", "hot"),
     ("temperature", float("nan")), ("temperature", 3), ("multiline", "sometimes"),
-    ("enable", 1), ("device", "tpu"), ("device", "cuda:1"), ("dtype", "int4"), ("fimTemplate", "gpt"),
+    ("enable", 1), ("device", "tpu"), ("device", "cuda:"), ("device", "cuda:x"), ("device", "mps:1"),
+    ("dtype", "int4"), ("fimTemplate", "gpt"),
     ("fimLayout", "mps"), ("targetModel", ""), ("targetModel", "none"), ("draftModel", 3),
     ("debounceMs", 10**6), ("trustRemoteCode", "yes please"), ("maxDocumentChars", "big"),
 ])
@@ -81,9 +85,50 @@ def test_schema_cli_lists_every_setting_with_default_and_description():
     for name, f in FIELDS.items():
         assert entries[name]["default"] == f.default and entries[name]["description"]
     assert entries["multiline"]["enum"] == ["auto", "always", "never"]
-    assert entries["draftLength"]["min"] == 1 and entries["draftLength"]["max"] == 16
+    assert entries["draftLength"]["min"] == 1 and entries["draftLength"]["max"] == MAX_DRAFT_LENGTH
     assert len(markdown_table().splitlines()) == len(FIELDS) + 2
     assert [e["name"] for e in schema()] == list(FIELDS)
+
+
+def test_limits_and_lists_are_the_lower_layers_own():
+    """The server keeps no document the pipeline would refuse, and offers exactly the devices,
+    dtypes and draft lengths the engine takes."""
+    entries = {e["name"]: e for e in schema()}
+    assert entries["maxDocumentChars"]["max"] == MAX_DOCUMENT_CHARS
+    assert entries["dtype"]["enum"] == list(DTYPES)
+    for device in DEVICES:
+        assert parse_settings({"device": device}, Settings()).device == device
+    parse_settings({"draftLength": MAX_DRAFT_LENGTH}, Settings())
+    with pytest.raises(SettingsError):
+        parse_settings({"draftLength": MAX_DRAFT_LENGTH + 1}, Settings())
+    with pytest.raises(SettingsError):
+        parse_settings({"maxDocumentChars": MAX_DOCUMENT_CHARS + 1}, Settings())
+
+
+def test_the_engine_takes_every_device_the_settings_accept():
+    import torch
+
+    from engine.models import ModelLoadError, pick_device
+
+    assert pick_device(parse_settings({"device": "cpu"}, Settings()).device) == torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count:
+        assert pick_device("cuda:0") == torch.device("cuda", 0)
+    if count < 8:   # no such GPU here: one clear line, not a torch error at the first forward
+        with pytest.raises(ModelLoadError, match="cuda:7"):
+            pick_device(parse_settings({"device": "cuda:7"}, Settings()).device)
+    with pytest.raises(ModelLoadError, match="tpu"):
+        pick_device("tpu")
+
+
+def test_command_line_assignments_are_validated_like_editor_settings():
+    assert parse_assignment("maxNewTokens=32") == ("maxNewTokens", 32)
+    assert parse_assignment("kvReuse=false") == ("kvReuse", False)
+    assert parse_assignment("device=cuda:1") == ("device", "cuda:1")
+    assert parse_assignment("targetModel=/models/a=b") == ("targetModel", "/models/a=b")
+    for bad in ("maxNewTokens", "draftLenght=3", "draftLength=99", "=3"):
+        with pytest.raises(SettingsError):
+            parse_assignment(bad)
 
 
 def test_tcp_binds_loopback_unless_a_host_is_given():
@@ -96,11 +141,11 @@ def test_tcp_binds_loopback_unless_a_host_is_given():
 
 
 def test_complete_location_is_one_based():
-    assert _parse_location("a/b.py:3:7") == ("a/b.py", 3, 7)
-    assert _parse_location("C:/x.py:1:1") == ("C:/x.py", 1, 1)
+    assert parse_location("a/b.py:3:7") == ("a/b.py", 3, 7)
+    assert parse_location("C:/x.py:1:1") == ("C:/x.py", 1, 1)
     for bad in ("b.py:3", "b.py:0:1", "b.py:x:1"):
         with pytest.raises(Exception):
-            _parse_location(bad)
+            parse_location(bad)
 
 
 LINE = 'x = "😋" + é  # ok'
@@ -145,3 +190,5 @@ def test_every_value_the_vscode_settings_ui_can_send_is_accepted():
         for bound in ("minimum", "maximum"):
             if bound in prop:
                 parse_settings({name: prop[bound]}, Settings())
+        if "pattern" in prop:   # the settings UI checks typed text against it, as JavaScript would
+            assert prop["pattern"] == FIELDS[name].metadata["pattern"]

@@ -65,11 +65,13 @@ def test_every_server_setting_is_a_vscode_setting_with_its_default_range_and_des
             assert prop.get("minimum") == entry.get("min"), entry["name"]
             assert prop.get("maximum") == entry.get("max"), entry["name"]
             assert prop.get("enum") == entry.get("enum"), entry["name"]
+            assert prop.get("pattern") == entry.get("pattern"), entry["name"]
     server_keys = {"specfill." + e["name"] for e in schema}
     extension_keys = set(props) - server_keys
     assert extension_keys == set(sync_settings.EXTENSION_SETTINGS)
     # And the generator agrees: package.json is what sync_settings.py writes.
     assert props == sync_settings.expected_properties(schema)
+    assert sync_settings.main(["--check"]) == 0   # and so is src/serverCommands.ts
 
 
 def test_compiles_with_tsc_and_unit_tests_pass(node_deps):

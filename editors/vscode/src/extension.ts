@@ -21,6 +21,7 @@ import {
   serverSettingSpecs,
   toServerSettings,
 } from './settings';
+import { SERVER_COMMANDS } from './serverCommands';
 import { StatusState, initialStatus, statusText } from './status';
 
 const ACCEPTED = 'specfill.internal.accepted';
@@ -183,7 +184,7 @@ async function executeServerCommand(command: string): Promise<unknown> {
 
 async function showStats(): Promise<void> {
   try {
-    const stats = await executeServerCommand('specfill.stats');
+    const stats = await executeServerCommand(SERVER_COMMANDS.stats);
     const content = JSON.stringify(
       { server: stats, client: { lastLatencyMs: status.lastLatencyMs, shown: status.shown, accepted: status.accepted } },
       null,
@@ -212,7 +213,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('specfill.restartServer', restartServer),
     vscode.commands.registerCommand('specfill.reloadModels', async () => {
       try {
-        await executeServerCommand('specfill.reload');
+        await executeServerCommand(SERVER_COMMANDS.reload);
       } catch (err) {
         void vscode.window.showErrorMessage(`specfill: ${err instanceof Error ? err.message : String(err)}`);
       }

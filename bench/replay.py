@@ -29,6 +29,7 @@ from pathlib import Path
 from bench import report
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, TypingScript, apply, cursor_after, typing_script, utf16_column
 from bench.lsp_client import LspClient, initialize_params
+from lsp import commands
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILES = Path(__file__).resolve().parent / "files"
@@ -89,7 +90,7 @@ async def replay_server(config: str, settings: dict, scripts: list[TypingScript]
 async def wait_loaded(client: LspClient, timeout: float = 900.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stats = await client.execute("specfill.stats")
+        stats = await client.execute(commands.STATS)
         if stats["models"]["loaded"] and not stats["models"]["loading"]:
             return stats
         if stats["server"]["load_failures"]:
@@ -104,9 +105,9 @@ async def replay_file(client: LspClient, config: str, script: TypingScript, time
     await client.notify("textDocument/didOpen", {"textDocument": {
         "uri": uri, "languageId": "python", "version": 0, "text": script.initial_text}})
     lines = script.initial_text.split("\n")
-    stats = await client.execute("specfill.stats")
+    stats = await client.execute(commands.STATS)
     jobs = stats["server"]["decode_jobs"]
-    last = await client.execute("specfill.lastCompletion")
+    last = await client.execute(commands.LAST_COMPLETION)
     records = []
     for version, key in enumerate(script.keystrokes, start=1):
         pos = {"line": key.line, "character": utf16_column(lines[key.line], key.character)}
@@ -121,10 +122,10 @@ async def replay_file(client: LspClient, config: str, script: TypingScript, time
                 "position": {"line": line, "character": utf16_column(lines[line], col)},
                 "context": {"triggerKind": 2}})
             # Per-request figures: the worker job (time, cache hit) and the model run, if any.
-            stats = await client.execute("specfill.stats")
+            stats = await client.execute(commands.STATS)
             ran_job = stats["server"]["decode_jobs"] > jobs
             jobs = stats["server"]["decode_jobs"]
-            previous, last = last, await client.execute("specfill.lastCompletion")
+            previous, last = last, await client.execute(commands.LAST_COMPLETION)
             items = (result or {}).get("items", []) if isinstance(result, dict) else (result or [])
             records.append(report.server_record(
                 config, script.name, version - 1, line, col, key.request,
@@ -284,8 +285,9 @@ def parse_args(argv):
     ap.add_argument("--draft", default="default", help="draftModel setting")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--setting", action="append", default=[], metavar="NAME=JSON",
-                    help="any other server setting, e.g. --setting maxNewTokens=32 (repeatable)")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="any other server setting, e.g. --set maxNewTokens=32 (repeatable), "
+                         "as for `specfill complete`")
     ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
                     help=f"comma-separated subset of {','.join(ALL_CONFIGS)}")
     ap.add_argument("--time-scale", type=float, default=0.1,
@@ -303,12 +305,12 @@ def parse_args(argv):
 def server_settings(args) -> dict:
     settings = {"targetModel": args.target, "draftModel": args.draft, "device": args.device,
                 "dtype": args.dtype}
-    for item in args.setting:
-        name, _, value = item.partition("=")
-        try:
-            settings[name] = json.loads(value)
-        except json.JSONDecodeError:
-            settings[name] = value
+    from lsp.settings import SettingsError, parse_assignment   # the settings table loads torch
+
+    try:
+        settings.update(parse_assignment(item) for item in args.set)
+    except SettingsError as exc:
+        raise SystemExit(f"specfill bench: --set: {exc}") from None
     return settings
 
 

@@ -23,6 +23,7 @@ from tiny_models import tiny_pair_dirs  # tests/ is on sys.path (conftest.py)
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "editors" / "nvim"
+SYNC_SETTINGS = PLUGIN / "scripts" / "sync_settings.py"
 WAIT_MODEL_S = 240  # first load of the models on a busy 2-core machine
 
 
@@ -208,6 +209,13 @@ def checkhealth(nv: Nvim) -> str:
     return "\n".join(lines)
 
 
+def load_sync_settings():
+    spec = importlib.util.spec_from_file_location("nvim_sync_settings", SYNC_SETTINGS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def expand_tabs(text: str) -> str:
     return text.replace("\t", " " * 8)
 
@@ -382,3 +390,14 @@ def test_builtin_renderer_needs_vim_lsp_inline_completion(bare_editor):
                           "return not ok and err")
     assert "no vim.lsp.inline_completion" in err, err
     assert bare_editor.lua("return vim.fn.maparg('<Tab>', 'i', false, true).desc") == "specfill: accept"
+
+
+def test_config_lua_lists_every_server_setting_with_its_default():
+    sync = load_sync_settings()
+    schema = sync.server_schema()
+    config_lua = (PLUGIN / "lua" / "specfill" / "config.lua").read_text()
+    for entry in schema:
+        assert f"--   {entry['name']} = {sync.lua_literal(entry['default'])}\n" in config_lua, entry["name"]
+    # And config.lua is what sync_settings.py writes from the server's table now.
+    assert config_lua == sync.with_settings_comment(config_lua, schema), (
+        "config.lua is stale: run python editors/nvim/scripts/sync_settings.py")

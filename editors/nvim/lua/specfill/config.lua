@@ -18,21 +18,77 @@ M.defaults = {
   -- workspace/configuration and workspace/didChangeConfiguration). Anything left out
   -- keeps the server's default. The server validates them and reports bad values
   -- with a message; require('specfill').set_settings({...}) changes them live.
-  --   targetModel      "default" (shipped pair), a hub id or a local directory
-  --   draftModel       "default", hub id, local dir, "ngram" or "none"
-  --   draftLength      "auto" or 1..16: tokens the draft proposes per target pass
-  --   maxNewTokens     longest completion, in target tokens
-  --   temperature      0 = greedy (exactly what the target alone would write)
-  --   device           "auto", "cpu", "cuda", "mps", ...
-  --   dtype            "auto", "float32", "float16", "bfloat16"
-  --   fimTemplate      "auto" (from the tokenizer) or a named FIM format
-  --   prefixTokens     context budget before the cursor, in target tokens
-  --   suffixTokens     context budget after the cursor, in target tokens
-  --   multiline        "auto", "always" or "never"
-  --   debounceMs       server-side wait before decoding a request
-  --   timeBudgetMs     stop decoding after this long (0 or nil = no limit)
-  --   enable           false = the server answers nothing
-  --   trustRemoteCode  allow model repositories to run their own code (off by default)
+  -- Every server setting with its default (`python -m lsp.settings --markdown` prints the
+  -- same as a table):
+  -- BEGIN server settings (editors/nvim/scripts/sync_settings.py writes this from lsp/settings.py)
+  --   enable = true
+  --       Offer completions at all. Allowed: true or false.
+  --   targetModel = "default"
+  --       The model whose output you get: `default` (the shipped pair), a Hugging Face hub id (must
+  --       already be in the local cache) or a local directory. Allowed: `default`, hub id or local
+  --       path.
+  --   draftModel = "default"
+  --       The small model that proposes tokens for the target to verify: `default`, a hub id, a
+  --       local directory, `ngram` (prompt lookup, no model) or `none` (plain decoding). Allowed:
+  --       `default`, hub id, local path, `ngram`, `none`.
+  --   draftLength = "auto"
+  --       Tokens drafted per target call; `auto` adapts to the acceptance rate. Allowed: `auto` or
+  --       an integer 1-16.
+  --   maxNewTokens = 64
+  --       Most tokens generated for one completion. Allowed: integer 1-1024.
+  --   maxLines = 8
+  --       Most lines in one multi-line completion. Allowed: integer 1-200.
+  --   temperature = 0.0
+  --       Sampling temperature; 0 is greedy (output equals the target's own greedy output).
+  --       Allowed: number 0-2.
+  --   device = "auto"
+  --       Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU). Allowed:
+  --       `auto`, `cpu`, `cuda`, `mps`, `cuda:N`.
+  --   dtype = "auto"
+  --       Weight precision (`auto`: float32 on CPU, bfloat16 or float16 on GPUs). Allowed: `auto`,
+  --       `float32`, `bfloat16`, `float16`.
+  --   fimTemplate = "auto"
+  --       Fill-in-the-middle prompt format; `auto` picks it from the target's tokenizer, `plain`
+  --       completes from the prefix only. Allowed: `auto`, `codellama`, `starcoder`, `starcoder2`,
+  --       `deepseek`, `qwen`, `codegemma`, `codestral`, `plain`.
+  --   draftFimTemplate = "auto"
+  --       The draft model's own prompt format (it may be another family than the target's).
+  --       Allowed: `auto`, `codellama`, `starcoder`, `starcoder2`, `deepseek`, `qwen`, `codegemma`,
+  --       `codestral`, `plain`.
+  --   fimLayout = "auto"
+  --       Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix first, keeps
+  --       the KV cache valid while typing); `auto` picks per template. Allowed: `auto`, `psm`,
+  --       `spm`.
+  --   prefixTokens = 1024
+  --       Tokens of text before the cursor put in the prompt. Allowed: integer 16-32768.
+  --   suffixTokens = 256
+  --       Tokens of text after the cursor put in the prompt. Allowed: integer 0-32768.
+  --   extraTokens = 256
+  --       Tokens of context taken from other open documents; 0 turns it off. Allowed: integer
+  --       0-32768.
+  --   multiline = "auto"
+  --       Multi-line completions: `auto` (one line when code follows the cursor), `always`, or
+  --       `never` (stop at the end of the line). Allowed: `auto`, `always`, `never`.
+  --   debounceMs = 0
+  --       Server-side wait after a request before decoding starts; a newer request for the same
+  --       document during the wait replaces it. Editors already debounce and a superseded decode
+  --       stops within one step, so 0 (answer at once) is the default. Allowed: integer 0-5000.
+  --   timeBudgetMs = 0
+  --       Stop decoding after this many milliseconds and show what is ready; 0 = no limit. Allowed:
+  --       integer 0-60000.
+  --   maxCacheTokens = 4096
+  --       Longest KV cache kept per session (prompt + completion tokens). Allowed: integer
+  --       256-131072.
+  --   kvReuse = true
+  --       Keep the models' KV caches between requests, so a keystroke recomputes only the changed
+  --       end of the prompt; off only to measure what reuse saves. Allowed: true or false.
+  --   maxDocumentChars = 2000000
+  --       Documents longer than this (characters) get no completions and are not kept in memory.
+  --       Allowed: integer 1000-8000000.
+  --   trustRemoteCode = false
+  --       Allow model repositories to run their own Python code when loading. Off unless you trust
+  --       the model's source. Allowed: true or false.
+  -- END server settings
   settings = {},
 
   -- Renderer: 'auto' uses Neovim's built-in vim.lsp.inline_completion when it exists

@@ -141,9 +141,15 @@ async def replay_file(client: LspClient, config: str, script: TypingScript, time
 # ------------------------------------------------------------------------------ transformers generate()
 
 class _Captured(Exception):
-    def __init__(self, target_ids, draft_ids, settings, stop_ids):
+    def __init__(self, target_ids, draft_ids, settings, stop_ids, stop_check):
         super().__init__("prompt captured")
         self.target_ids, self.draft_ids, self.settings, self.stop_ids = target_ids, draft_ids, settings, stop_ids
+        self.stop_check = stop_check
+
+    def decided(self, text: str) -> bool:
+        """The pipeline's own stops: its stop strings, or its answer being decided."""
+        return (any(s in text for s in self.settings.stop_strings)
+                or (self.stop_check is not None and self.stop_check(text) is not None))
 
 
 class PromptCapture:
@@ -157,8 +163,8 @@ class PromptCapture:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def generate(self, target_ids, draft_ids=None, settings=None, stop_ids=(), cancel=None):
-        raise _Captured(list(target_ids), draft_ids, settings, tuple(stop_ids))
+    def generate(self, target_ids, draft_ids=None, settings=None, stop_ids=(), cancel=None, stop_check=None):
+        raise _Captured(list(target_ids), draft_ids, settings, tuple(stop_ids), stop_check)
 
 
 def capture_prompt(pipeline, request, options) -> _Captured:
@@ -173,16 +179,16 @@ def _stop_on_text_class():
     from transformers import StoppingCriteria
 
     class StopOnText(StoppingCriteria):
-        """Stop once the generated text contains one of `stops` (e.g. a newline)."""
+        """Stop once `decided(generated text)` says so (a newline, a decided answer)."""
 
-        def __init__(self, tokenizer, prompt_len: int, stops):
-            self.tokenizer, self.prompt_len, self.stops = tokenizer, prompt_len, tuple(stops)
+        def __init__(self, tokenizer, prompt_len: int, decided):
+            self.tokenizer, self.prompt_len, self.decided = tokenizer, prompt_len, decided
 
         def __call__(self, input_ids, scores, **kwargs):
             import torch
 
             text = self.tokenizer.decode(input_ids[0, self.prompt_len:].tolist())
-            done = any(s in text for s in self.stops)
+            done = self.decided(text)
             return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
     return StopOnText
@@ -203,7 +209,9 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
                         editor_debounce_ms: float = EDITOR_DEBOUNCE_MS) -> list[dict]:
     import torch
 
+    from completion.context import parse_document
     from completion.pipeline import CompletionPipeline
+    from completion.postprocess import clean_completion
     from lsp import backend
     from lsp.settings import Settings, parse_settings
 
@@ -225,11 +233,11 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
         gen = captured.settings
         kw = dict(max_new_tokens=gen.max_new_tokens, do_sample=False, pad_token_id=pad,
                   eos_token_id=list(captured.stop_ids) or None)
-        if gen.stop_strings:
-            # generate(stop_strings=...) fails with assistant_model (the assistant gets the
-            # strings but no tokenizer), so both configurations use the same criterion.
+        if gen.stop_strings or captured.stop_check is not None:
+            # The pipeline's stops as a criterion (generate(stop_strings=...) fails with
+            # assistant_model: the assistant gets the strings but no tokenizer).
             kw.update(stopping_criteria=StoppingCriteriaList([StopOnText(tt, len(captured.target_ids),
-                                                                         gen.stop_strings)]))
+                                                                         captured.decided)]))
         if assisted:
             kw.update(assistant_model=draft)
             if dt.get_vocab() != tt.get_vocab():   # Universal Assisted Generation
@@ -261,12 +269,14 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
                 t0 = time.perf_counter()
                 captured = capture_prompt(pipeline, request, options)
                 out_text, new_tokens = generate(captured, assisted)
+                cleaned = clean_completion(out_text, parse_document(text, line, col), options.multiline,
+                                           options.max_lines, options.tab_size)
                 ms = (time.perf_counter() - t0) * 1000
                 key = script.keystrokes[index]
                 records.append(report.hf_record(
                     config, script.name, index, line, col, key.request,
-                    key.gap_ms - editor_debounce_ms, ms, out_text, new_tokens, counter.calls,
-                    len(captured.target_ids), captured.settings.stop_strings))
+                    key.gap_ms - editor_debounce_ms, ms, cleaned.text if cleaned else "", out_text,
+                    new_tokens, counter.calls, len(captured.target_ids)))
             pipeline.forget_document(uri)
     counter.handle.remove()
     return records

@@ -114,6 +114,10 @@ class Settings:
     kvReuse: bool = _setting(
         True, "Keep the models' KV caches between requests, so a keystroke recomputes only the "
         "changed end of the prompt; off only to measure what reuse saves.", "true or false")
+    stopWhileDecoding: bool = _setting(
+        True, "Stop decoding the moment the answer is decided (its last line is complete, a line "
+        "dedents, repeats the code below or loops), so a multi-line answer costs only what is "
+        "shown; off only to measure what this saves (the text shown is the same).", "true or false")
     maxDocumentChars: int = _setting(
         2_000_000, "Documents longer than this (characters) get no completions and are not kept "
         "in memory.", f"integer 1000-{MAX_DOCUMENT_CHARS}", min=1000, max=MAX_DOCUMENT_CHARS)

@@ -82,6 +82,11 @@ M.defaults = {
   --   kvReuse = true
   --       Keep the models' KV caches between requests, so a keystroke recomputes only the changed
   --       end of the prompt; off only to measure what reuse saves. Allowed: true or false.
+  --   stopWhileDecoding = true
+  --       Stop decoding the moment the answer is decided (its last line is complete, a line
+  --       dedents, repeats the code below or loops), so a multi-line answer costs only what is
+  --       shown; off only to measure what this saves (the text shown is the same). Allowed: true or
+  --       false.
   --   maxDocumentChars = 2000000
   --       Documents longer than this (characters) get no completions and are not kept in memory.
   --       Allowed: integer 1000-8000000.

@@ -1,0 +1,171 @@
+"""End-of-line benchmark: the cursor at the end of code lines of held-out files, where the server
+asks for a multi-line answer, through the real language server over stdio.
+
+    python -m bench.end_of_line [--files DIR] [--per-file 6] [--configs no-draft,ngram,draft,...]
+
+Every configuration runs in its own server, all started before the first request; requests go
+round-robin (one position, every configuration, next position), so a busy machine slows all
+configurations alike. Prints p50/p95 latency, tokens decoded per token shown, tokens per target
+call and acceptance, and checks that every configuration shows the same ghost text.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.lsp_client import LspClient, initialize_params
+from bench.replay import DEFAULT_FILES, ROOT, wait_loaded
+from completion.stats import percentile
+from lsp import commands
+
+CONFIGS = {
+    "no-draft": {"draftModel": "none"},
+    "ngram": {"draftModel": "ngram"},
+    "draft": {},   # the shipped default: the draft model
+    "no-draft, cut after": {"draftModel": "none", "stopWhileDecoding": False},
+    "draft, cut after": {"stopWhileDecoding": False},
+}
+
+
+@dataclass
+class Position:
+    file: str
+    text: str
+    line: int
+    character: int     # utf-16 column: bench files are ASCII, so also the codepoint column
+
+
+def end_of_line_positions(path: Path, per_file: int) -> list[Position]:
+    """`per_file` code lines spread over the file (no blank or comment lines), cursor at the end."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    code = [i for i, ln in enumerate(lines)
+            if ln.strip() and not ln.lstrip().startswith(("#", '"""', "'''")) and i > 0]
+    step = max(1, len(code) // per_file)
+    return [Position(path.name, text, i, len(lines[i])) for i in code[step // 2::step][:per_file]]
+
+
+async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> LspClient:
+    client = await LspClient.start([sys.executable, "-m", "lsp", "--log-level", "warning"], env,
+                                   log_dir / f"server-{name.replace(', ', '-').replace(' ', '-')}.log", cwd=str(ROOT))
+    await client.request("initialize", initialize_params(settings, ROOT))
+    await client.notify("initialized", {})
+    return client
+
+
+async def ask(client: LspClient, pos: Position, version: int) -> dict:
+    uri = f"file:///bench/eol/{version}/{pos.file}"     # a fresh document: no cache between configurations
+    await client.notify("textDocument/didOpen", {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 0, "text": pos.text}})
+    result, ms = await client.timed_request("textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": {"line": pos.line, "character": pos.character},
+        "context": {"triggerKind": 1}})
+    run = await client.execute(commands.LAST_COMPLETION) or {}
+    await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    items = (result or {}).get("items", []) if isinstance(result, dict) else (result or [])
+    return {"ms": ms, "text": items[0]["insertText"] if items else "", **run}
+
+
+async def run(configs: list[str], base: dict, positions: list[Position], log_dir: Path, env: dict) -> dict:
+    clients = {}
+    try:
+        for name in configs:
+            clients[name] = await start_server(name, {**base, **CONFIGS[name]}, env, log_dir)
+        for name in configs:
+            await wait_loaded(clients[name])
+            await ask(clients[name], positions[-1], 0)          # warm-up: first-call costs are not measured
+        records: dict[str, list[dict]] = {name: [] for name in configs}
+        for version, pos in enumerate(positions, start=1):
+            for name in configs:
+                records[name].append(await ask(clients[name], pos, version))
+        return records
+    finally:
+        for client in clients.values():
+            await client.close()
+
+
+def summarize(records: dict[str, list[dict]]) -> list[dict]:
+    first = next(iter(records.values()))
+    rows = []
+    for name, rs in records.items():
+        lat = [r["ms"] for r in rs]
+        total = lambda key: sum(r.get(key) or 0 for r in rs)  # noqa: E731
+        decoded, shown = total("decoded_tokens"), total("shown_tokens")
+        stops: dict[str, int] = {}
+        for r in rs:
+            stops[r.get("stop_reason")] = stops.get(r.get("stop_reason"), 0) + 1
+        rows.append({
+            "config": name, "requests": len(rs), "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
+            "decoded_per_request": decoded / len(rs), "shown_per_request": shown / len(rs),
+            "decoded_per_shown": decoded / shown if shown else None,
+            "tokens_per_target_call": total("new_tokens") / total("rounds") if total("rounds") else None,
+            "acceptance": total("accepted") / total("drafted") if total("drafted") else None,
+            "same_text": sum(a["text"] == b["text"] for a, b in zip(rs, first)),
+            "stop_reasons": stops,
+        })
+    return rows
+
+
+def table(rows: list[dict], meta: str) -> str:
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    out = [meta, "",
+           "| configuration | p50 ms | p95 ms | tokens decoded / shown (per request) | decoded per shown "
+           "| tokens / target call | acceptance | same text | why decoding stopped |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        stops = ", ".join(f"{k} {v}" for k, v in sorted(r["stop_reasons"].items(), key=lambda kv: -kv[1]))
+        out.append(f"| {r['config']} | {fmt(r['p50_ms'], '.0f')} | {fmt(r['p95_ms'], '.0f')} "
+                   f"| {r['decoded_per_request']:.1f} / {r['shown_per_request']:.1f} "
+                   f"| {fmt(r['decoded_per_shown'], '.2f')} | {fmt(r['tokens_per_target_call'], '.2f')} "
+                   f"| {fmt(r['acceptance'], '.2f')} | {r['same_text']}/{r['requests']} | {stops} |")
+    goal = [r for r in rows if r["decoded_per_request"] <= 1.2 * r["shown_per_request"] + 4]
+    out += ["", "Goal (tokens decoded <= 1.2 x shown + 4 per request, on average) met by: "
+            + (", ".join(r["config"] for r in goal) or "none")]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.end_of_line", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="folder of held-out .py files")
+    ap.add_argument("--max-files", type=int, default=3)
+    ap.add_argument("--per-file", type=int, default=6, help="end-of-line positions per file")
+    ap.add_argument("--target", default="default")
+    ap.add_argument("--draft", default="default", help="the draft of the configurations that use one")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per server")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table to this file")
+    args = ap.parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"bench.end_of_line: unknown configuration(s) {unknown}; choose from {list(CONFIGS)}")
+    paths = sorted(p for p in args.files.iterdir() if p.suffix == ".py")[:args.max_files]
+    positions = [pos for p in paths for pos in end_of_line_positions(p, args.per_file)]
+    if not positions:
+        raise SystemExit(f"bench.end_of_line: no code lines in {args.files}")
+    base = {"targetModel": args.target, "draftModel": args.draft, "maxNewTokens": args.max_new_tokens,
+            "device": "cpu", "debounceMs": 0}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads)}
+    t0 = time.perf_counter()
+    records = asyncio.run(run(configs, base, positions, Path("/tmp/specfill-bench-logs"), env))
+    meta = (f"End of line, {len(positions)} positions in {len(paths)} held-out files "
+            f"({', '.join(p.name for p in paths)}), maxNewTokens {args.max_new_tokens}, "
+            f"{args.threads} torch thread(s) per server, {time.perf_counter() - t0:.0f} s; "
+            f"`python -m bench.end_of_line {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip())
+    text = table(summarize(records), meta)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

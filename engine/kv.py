@@ -4,15 +4,19 @@ A session remembers which token ids its cache holds. A new request finds the lon
 prefix with them, crops the cache back to it and computes only the rest, so an edit near
 the end of a prompt costs only the tokens after the edit. A pool keeps a few sessions per
 model (say, one per open document) within a fixed token budget.
+
+A session runs its model through one of two forwards with the same interface (`Forward`):
+the lean one (engine/lean.py) where the architecture has one, else the transformers one.
 """
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache
 
-from .lean import make_lean
+from .lean import LeanForward, LeanModel, make_lean
 
 
 class ContextTooLong(ValueError):
@@ -42,69 +46,94 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return lo
 
 
+class Forward(Protocol):
+    """Runs new tokens through a model on top of the cache it holds."""
+
+    def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        """Append `new_ids` to the cache; float logits [n_logits, V] for the last n_logits of
+        them (all of them when there are fewer)."""
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` (> 0) cached tokens."""
+
+    def reset(self) -> None:
+        """Drop the cache and its memory."""
+
+
+class TransformersForward:
+    """The model's own forward with a transformers DynamicCache: every architecture."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        self.model, self.device = model, device
+        self.cache: DynamicCache | None = None
+
+    def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        if self.cache is None:
+            self.cache = DynamicCache()
+        x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        return out.logits[0].float()
+
+    def crop(self, length: int) -> None:
+        self.cache.crop(length - self.cache.get_seq_length())   # negative: tokens to drop
+
+    def reset(self) -> None:
+        self.cache = None
+
+
+def make_forward(model: torch.nn.Module, lean: LeanModel | None) -> Forward:
+    """The lean forward when `lean` is given (see make_lean), else the transformers one."""
+    param = next(model.parameters())
+    if lean is not None:
+        return LeanForward(lean, param.dtype, param.device)
+    return TransformersForward(model, param.device)
+
+
 class KVSession:
-    def __init__(self, model: torch.nn.Module, max_tokens: int, lean: bool = True):
+    def __init__(self, model: torch.nn.Module, max_tokens: int, forward: Forward | None = None):
+        """`forward` runs the model (default: the lean forward where the model has one)."""
         self.model = model
         positions = model_max_positions(model)
         self.max_tokens = min(max_tokens, positions) if positions else max_tokens
-        param = next(model.parameters())
-        self.device = param.device
-        self.ids: list[int] = []
-        self.cache = None  # a LeanKV with the lean forward, else a transformers DynamicCache
-        self.lean = make_lean(model) if lean and not getattr(model, "hf_device_map", None) else None
-        self.dtype = param.dtype
+        self.ids: list[int] = []   # the tokens the cache holds
+        self.forward = forward if forward is not None else make_forward(model, make_lean(model))
         self.last_used = time.monotonic()
         self.forward_calls = 0
         self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
 
-    def crop(self, keep: int) -> None:
-        if keep >= len(self.ids):
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached tokens."""
+        if length >= len(self.ids):
             return
-        if keep <= 0 or self.cache is None:
-            self.ids, self.cache = [], None
-        elif self.lean is not None:
-            self.cache.length = keep
-            del self.ids[keep:]
+        if length <= 0:
+            self.ids = []
+            self.forward.reset()
         else:
-            self.cache.crop(keep - len(self.ids))
-            del self.ids[keep:]
+            self.forward.crop(length)
+            del self.ids[length:]
 
-    def _forward(self, new_ids: list[int], logits_to_keep: int) -> torch.Tensor:
+    def _forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if len(self.ids) + len(new_ids) > self.max_tokens:
             raise ContextTooLong(
                 f"{len(self.ids) + len(new_ids)} tokens exceed the limit of {self.max_tokens} "
                 "(the model's context or the KV session budget)")
         t0 = time.perf_counter()
         with torch.inference_mode():
-            logits = self._run(new_ids, logits_to_keep)
+            logits = self.forward(new_ids, n_logits)
         self.ids.extend(new_ids)
         self.forward_calls += 1
         self.forward_ms += (time.perf_counter() - t0) * 1000
         return logits
 
-    def _run(self, new_ids: list[int], logits_to_keep: int) -> torch.Tensor:
-        if self.lean is not None:
-            if self.cache is None:
-                self.cache = self.lean.new_cache(self.dtype, self.device)
-            x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
-            logits = self.lean(x, self.cache, min(logits_to_keep, len(new_ids))).float()
-        else:
-            if self.cache is None:
-                self.cache = DynamicCache()
-            x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
-            out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-            self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-            logits = out.logits[0].float()
-        return logits
-
     def sync(self, ids: list[int]) -> tuple[int, int]:
         """Make the cache hold exactly `ids`. Returns (reused, computed) token counts."""
         self.last_used = time.monotonic()
-        keep = common_prefix_len(self.ids, ids)
-        self.crop(keep)
-        if keep < len(ids):
-            self._forward(ids[keep:], logits_to_keep=1)
-        return keep, len(ids) - keep
+        reused = common_prefix_len(self.ids, ids)
+        self.crop(reused)
+        if reused < len(ids):
+            self._forward(ids[reused:], n_logits=1)
+        return reused, len(ids) - reused
 
     def advance(self, ids: list[int], n_logits: int = 1) -> torch.Tensor:
         """Make the cache hold `ids` and return logits [n_logits, vocab] for its last
@@ -114,7 +143,7 @@ class KVSession:
         n = len(self.ids)
         if not (n <= len(ids) - n_logits and self.ids == ids[:n]):
             self.crop(min(common_prefix_len(self.ids, ids), len(ids) - n_logits))
-        return self._forward(ids[len(self.ids):], logits_to_keep=n_logits)
+        return self._forward(ids[len(self.ids):], n_logits)
 
 
 class KVPool:
@@ -122,7 +151,7 @@ class KVPool:
 
     def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096, lean: bool = True):
         self.model = model
-        self.lean = lean
+        self.lean_model = make_lean(model) if lean else None   # decided (and logged) once per model
         self.max_sessions = max(1, max_sessions)
         self.max_tokens = max_tokens
         self.sessions: list[KVSession] = []
@@ -138,7 +167,7 @@ class KVPool:
         if best is not None and best_len >= max(1, min(len(ids), len(best.ids)) // 2):
             return best
         if len(self.sessions) < self.max_sessions:
-            s = KVSession(self.model, self.max_tokens, self.lean)
+            s = KVSession(self.model, self.max_tokens, make_forward(self.model, self.lean_model))
             self.sessions.append(s)
             return s
         return min(self.sessions, key=lambda s: s.last_used)

@@ -4,12 +4,18 @@ At completion-model sizes on a CPU, a transformers forward call spends most of i
 framework overhead (config lookups, mask builders, output objects, a torch.cat per layer per
 step to grow the cache). These functions run the same math on the model's own weights with a
 preallocated KV cache, nanoGPT-style. Any other architecture, or an unusual config, falls back
-to the transformers forward (make_lean returns None). Tests check both agree (allclose).
+to the transformers forward: `lean_unsupported` says why, and `make_lean` logs it and returns
+None. Tests check both agree (allclose).
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
+from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
+
+log = logging.getLogger("specfill.engine")
 
 
 class LeanKV:
@@ -85,7 +91,7 @@ class LeanLlama:
         xf = x.float()
         return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, keep: int) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
         n = ids.shape[0]
         kv.reserve(kv.length + n)
         x = self.inner.embed_tokens(ids)
@@ -111,7 +117,7 @@ class LeanLlama:
             h = self._norm(x, layer.post_attention_layernorm.weight)
             x = x + layer.mlp.down_proj(self.act(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
         kv.length += n
-        return self.model.lm_head(self._norm(x[-keep:], self.inner.norm.weight))
+        return self.model.lm_head(self._norm(x[-n_logits:], self.inner.norm.weight))
 
 
 class LeanBigCode:
@@ -131,7 +137,7 @@ class LeanBigCode:
     def new_cache(self, dtype, device) -> LeanKV:
         return LeanKV(len(self.inner.h), self.kv_heads, self.head_dim, dtype, device)
 
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, keep: int) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
         n, hd = ids.shape[0], self.head_dim
         kv.reserve(kv.length + n)
         pos = torch.arange(kv.length, kv.length + n, device=ids.device)
@@ -148,23 +154,61 @@ class LeanBigCode:
             x = x + block.attn.c_proj(_attend(q, kv, i, k, v, mask, self.scale))
             x = x + block.mlp.c_proj(block.mlp.act(block.mlp.c_fc(block.ln_2(x))))
         kv.length += n
-        return self.model.lm_head(self.inner.ln_f(x[-keep:]))
+        return self.model.lm_head(self.inner.ln_f(x[-n_logits:]))
 
 
-def make_lean(model):
-    """A lean forward for `model`, or None when its architecture/config is not covered."""
+LeanModel = LeanLlama | LeanBigCode
+
+
+def lean_unsupported(model) -> str | None:
+    """Why `model` cannot run a lean forward, or None when it can. The lean classes read the
+    module layout of these transformers classes, so the check is on the class itself."""
+    if getattr(model, "hf_device_map", None):
+        return "the model is split across devices (device_map)"
     cfg = model.config
-    kind = getattr(cfg, "model_type", "")
-    try:
-        if kind in ("llama", "qwen2"):
-            if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "mlp_bias", False):
-                return None
-            rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-            if isinstance(rope, dict) and rope.get("rope_type", "default") not in ("default", "linear", "llama3"):
-                return None  # dynamic scalings change inv_freq with length
-            return LeanLlama(model)
-        if kind == "gpt_bigcode":
-            return LeanBigCode(model)
-    except AttributeError:
-        return None  # a variant laid out differently: use the transformers forward
-    return None
+    if isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)):
+        if getattr(cfg, "use_sliding_window", False):
+            return "sliding-window attention"
+        if getattr(cfg, "mlp_bias", False):
+            return "MLP biases"
+        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+        rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
+        if rope_type not in ("default", "linear", "llama3"):
+            return f"rope type {rope_type!r} (dynamic scalings change inv_freq with length)"
+        return None
+    if isinstance(model, GPTBigCodeForCausalLM):
+        return None
+    return f"no lean forward for {type(model).__name__}"
+
+
+def make_lean(model) -> LeanModel | None:
+    """A lean forward for `model`, or None (logged with the reason) when it is not covered."""
+    reason = lean_unsupported(model)
+    if reason is not None:
+        log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
+        return None
+    if isinstance(model, GPTBigCodeForCausalLM):
+        return LeanBigCode(model)
+    return LeanLlama(model)
+
+
+class LeanForward:
+    """A lean model and its preallocated cache: one of the two forwards a KV session runs
+    (engine/kv.py has the other one and their interface, `Forward`)."""
+
+    def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device):
+        self.lean = lean
+        self.dtype, self.device = dtype, device
+        self.cache: LeanKV | None = None
+
+    def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        if self.cache is None:
+            self.cache = self.lean.new_cache(self.dtype, self.device)
+        x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
+        return self.lean(x, self.cache, n_logits).float()
+
+    def crop(self, length: int) -> None:
+        self.cache.length = length   # the next call overwrites what lies past `length`
+
+    def reset(self) -> None:
+        self.cache = None

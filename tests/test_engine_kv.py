@@ -1,9 +1,14 @@
-"""KV sessions: logits after reuse equal a fresh forward, for every cache layout."""
+"""KV sessions: logits after reuse equal a fresh forward, for every cache layout and both
+forwards (lean and transformers)."""
+import logging
+
 import pytest
 import torch
 
 from engine import ContextTooLong, KVPool, KVSession
-from tiny_models import tiny_model
+from engine.kv import TransformersForward, make_forward
+from engine.lean import LeanForward, lean_unsupported, make_lean
+from tiny_models import llama_config, tiny_model
 
 VOCAB = 300
 
@@ -17,8 +22,9 @@ def _fresh(model, ids, n):
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2", "bigcode"])
 def test_reuse_matches_fresh_forward(kind, lean):
     model = tiny_model(kind, VOCAB)
-    session = KVSession(model, max_tokens=512, lean=lean)
-    assert (session.lean is not None) == (lean and kind != "gpt2")
+    session = KVSession(model, max_tokens=512, forward=make_forward(model, make_lean(model) if lean else None))
+    assert isinstance(session.forward, LeanForward) == (lean and kind != "gpt2")
+    assert isinstance(session.forward, TransformersForward) == (not lean or kind == "gpt2")
     g = torch.Generator().manual_seed(0)
     doc = torch.randint(0, VOCAB, (80,), generator=g).tolist()
     edits = {
@@ -68,3 +74,29 @@ def test_session_refuses_more_than_its_budget():
     session = KVSession(model, max_tokens=16)
     with torch.no_grad(), pytest.raises(ContextTooLong):
         session.advance(list(range(20)))
+
+
+def test_why_the_lean_forward_is_not_used_is_logged_once_per_pool(caplog):
+    model = tiny_model("gpt2", VOCAB)
+    with caplog.at_level(logging.INFO, logger="specfill.engine"):
+        pool = KVPool(model, max_sessions=2, max_tokens=512)
+        with torch.no_grad():
+            pool.session_for(list(range(10, 40))).advance(list(range(10, 40)))
+            pool.session_for(list(range(100, 140))).advance(list(range(100, 140)))
+    assert len(pool.sessions) == 2
+    assert all(isinstance(s.forward, TransformersForward) for s in pool.sessions)
+    said = [r.getMessage() for r in caplog.records if "lean" in r.getMessage()]
+    assert said == ["GPT2LMHeadModel runs the transformers forward, not the lean one: "
+                    "no lean forward for GPT2LMHeadModel"]
+
+
+def test_lean_forward_refuses_configs_it_does_not_compute():
+    from transformers import LlamaForCausalLM
+
+    assert lean_unsupported(tiny_model("llama", VOCAB)) is None
+    assert lean_unsupported(tiny_model("bigcode", VOCAB)) is None
+    assert lean_unsupported(LlamaForCausalLM(llama_config(VOCAB, mlp_bias=True))) == "MLP biases"
+    dynamic = LlamaForCausalLM(llama_config(VOCAB, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                                     "rope_theta": 10000.0}))
+    assert lean_unsupported(dynamic) == "rope type 'dynamic' (dynamic scalings change inv_freq with length)"
+    assert make_lean(dynamic) is None

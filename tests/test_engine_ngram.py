@@ -1,0 +1,59 @@
+"""The n-gram drafter (prompt lookup): find the latest earlier occurrence of the sequence's
+last n tokens, longest n first, and propose what followed it."""
+import pytest
+
+from engine.drafters import NgramDrafter, Sampling
+
+GREEDY = Sampling()
+
+
+def propose(seq, k=4, max_ngram=3, special_ids=frozenset()):
+    drafter = NgramDrafter(max_ngram=max_ngram, special_ids=special_ids)
+    drafter.begin(seq)
+    draft = drafter.propose(seq, b"", k, GREEDY)
+    assert draft.q is None   # no probabilities: verified by sample-and-compare
+    return draft.tokens
+
+
+def test_copies_what_followed_the_last_tokens_before():
+    assert propose([1, 2, 3, 4, 5, 9, 1, 2, 3], k=3) == [4, 5, 9]
+
+
+def test_k_caps_the_draft_and_the_sequence_end_shortens_it():
+    assert propose([1, 2, 3, 4, 5, 9, 1, 2, 3], k=1) == [4]
+    assert propose([7, 8, 6, 7, 8], k=4) == [6, 7, 8]   # only 3 tokens follow the match
+
+
+def test_the_latest_occurrence_wins():
+    assert propose([1, 2, 7, 1, 2, 8, 1, 2], k=1) == [8]
+
+
+def test_longer_ngrams_win_over_later_shorter_ones():
+    # [1, 2, 3] occurred once (then 6); the later [2, 3] was followed by 4.
+    seq = [5, 1, 2, 3, 6, 2, 3, 4, 1, 2, 3]
+    assert propose(seq, k=1) == [6]
+    assert propose(seq, k=1, max_ngram=2) == [4]
+
+
+def test_falls_back_to_shorter_ngrams():
+    # Neither [9, 8, 7] nor [8, 7] occurred before; [7] did, followed by 9.
+    assert propose([4, 7, 9, 8, 7], k=2) == [9, 8]
+
+
+def test_a_repeated_token_proposes_more_of_it():
+    assert propose([3, 3], k=4) == [3]
+    assert propose([5, 3, 3, 3], k=4) == [3]
+
+
+@pytest.mark.parametrize("seq", [[], [1], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6]])
+def test_no_earlier_occurrence_no_draft(seq):
+    assert propose(seq) == []
+
+
+def test_a_special_token_ends_the_copy():
+    assert propose([1, 2, 5, 0, 6, 1, 2], k=4, special_ids=frozenset({0})) == [5]
+
+
+def test_a_match_followed_by_a_special_token_is_skipped_for_an_earlier_one():
+    # The latest [1, 2] is followed by 0 (special): the earlier one, followed by 5, is used.
+    assert propose([1, 2, 5, 1, 2, 0, 1, 2], k=2, special_ids=frozenset({0})) == [5, 1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -14,31 +15,43 @@ if TYPE_CHECKING:
 
 
 def _draft_length(value: str) -> int | str:
+    from engine.settings import MAX_DRAFT_LENGTH
+
     if value == "auto":
         return value
     try:
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or 1-16, got {value!r}") from None
-    if not 1 <= n <= 16:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or 1-16, got {n}")
+        raise argparse.ArgumentTypeError(f"expected 'auto' or 1-{MAX_DRAFT_LENGTH}, got {value!r}") from None
+    if not 1 <= n <= MAX_DRAFT_LENGTH:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or 1-{MAX_DRAFT_LENGTH}, got {n}")
     return n
 
 
+def _device(value: str) -> str:
+    from engine.settings import DEVICE_PATTERN, DEVICES
+
+    if not re.fullmatch(DEVICE_PATTERN, value):
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(DEVICES)} or cuda:N, got {value!r}")
+    return value
+
+
 def generate_main(argv: list[str]) -> int:
+    from engine.settings import DEVICES, DTYPES   # the limits and lists live with the engine's settings
+
     p = argparse.ArgumentParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
     p.add_argument("--target", default="default", help="hub id, local dir, or 'default'")
     p.add_argument("--draft", default="default", help="hub id, local dir, 'default', 'ngram' or 'none'")
     p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--draft-length", type=_draft_length, default="auto", help="'auto' or 1-16")
+    p.add_argument("--draft-length", type=_draft_length, default="auto", help="'auto' or a number of tokens")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="auto", type=_device, help=f"{', '.join(DEVICES)} or cuda:N")
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object {text, stats}")

@@ -1,5 +1,5 @@
 """The `workspace/executeCommand` ids the server answers. The bench and both editors send these
-exact strings; tests/test_lsp_commands.py checks the editors' sources against this table, and
+exact strings; tests/e2e/test_lsp_commands.py checks the editors' sources against this table, and
 editors/vscode/scripts/sync_settings.py writes it into the extension as
 src/serverCommands.ts."""
 from __future__ import annotations

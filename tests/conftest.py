@@ -4,7 +4,6 @@ import sys
 # Nothing in the tests may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-sys.path.insert(0, os.path.dirname(__file__))
 
 import torch  # noqa: E402
 

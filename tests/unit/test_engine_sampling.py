@@ -17,7 +17,7 @@ from engine import DraftLength, GenerationSettings, KVPool, LoadedModel, specula
 from engine.drafters import ModelDrafter, TextDrafter
 from engine.sampling import target_probs
 from engine.vocab import build_vocab
-from tiny_models import _init_sharp, llama_config
+from tests.tiny_models import _init_sharp, llama_config
 
 N_SAMPLES = 1200
 TEMPERATURE, TOP_K, TOP_P = 0.9, 0, 0.95

@@ -13,8 +13,7 @@ from lsprotocol import types
 from lsp import commands
 from lsp.cli import complete_main
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from lsp_helpers import (ROOT, SERVER_ENV, init_params, make_client, reference,  # noqa: E402
+from tests.e2e.lsp_helpers import (ROOT, SERVER_ENV, init_params, make_client, reference,
                          stop_client, tiny_pair, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,7 +30,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def model_args() -> list[str]:
     target, draft = tiny_pair()
-    # the same settings as tests/lsp_helpers.tiny_options, so `reference` applies
+    # the same settings as tests/e2e/lsp_helpers.tiny_options, so `reference` applies
     return ["--target", target, "--draft", draft, "--device", "cpu", "--dtype", "float32",
             "--set", "extraTokens=0", "--max-new-tokens", "24"]
 

@@ -2,7 +2,7 @@
 import pytest
 
 from engine import Engine, EngineConfig, GenerationSettings
-from tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
+from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 
 CODE = [
     "def add(a, b):\n    return",

@@ -17,8 +17,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, ended_loads, init_params,  # noqa: E402
+from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, ended_loads, init_params,
                          inline, inline_params, items, make_client, open_doc, push_settings,
                          reference, reset, stats, stop_client, tiny_options, wait_for_setting,
                          wait_loaded, wait_until, wait_until_idle)

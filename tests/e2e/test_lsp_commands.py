@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from lsp import commands
+from tests.scripts import load_script
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VSCODE = REPO / "editors" / "vscode"
 NVIM = REPO / "editors" / "nvim"
 QUOTED_ID = re.compile(r"""['"](specfill\.[A-Za-z][\w.]*)['"]""")
@@ -24,8 +25,7 @@ def test_the_server_registers_exactly_the_table():
 
 
 def test_vscode_gets_the_ids_from_the_generated_table():
-    sys.path.insert(0, str(VSCODE / "scripts"))
-    import sync_settings
+    sync_settings = load_script("editors/vscode/scripts/sync_settings.py", "vscode_sync_settings")
 
     generated = (VSCODE / "src" / "serverCommands.ts").read_text()
     assert generated == sync_settings.server_commands_ts(commands.ALL)

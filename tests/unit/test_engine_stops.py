@@ -6,7 +6,7 @@ import pytest
 
 from engine import DraftLength, Engine, EngineConfig, GenerationSettings
 from engine.vocab import build_vocab
-from tiny_models import code_corpus, tiny_pair_dirs, tiny_tokenizers
+from tests.tiny_models import code_corpus, tiny_pair_dirs, tiny_tokenizers
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_draft_with_a_shorter_context_is_dropped_not_fatal(tmp_path):
     """A prompt longer than the draft's context: the request goes on without the draft."""
     from transformers import GPTBigCodeForCausalLM
 
-    from tiny_models import bigcode_config
+    from tests.tiny_models import bigcode_config
 
     target_dir, _ = tiny_pair_dirs()
     _, draft_tok = tiny_tokenizers()

@@ -14,8 +14,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,  # noqa: E402
+from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,
                          items, make_client, open_doc, push_settings, reference, reset,
                          server_stdin, stats, stop_client, tiny_options, wait_for_setting,
                          wait_loaded, wait_until)

@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoModelForCausalLM, ViTConfig
 
 from engine import Engine, EngineConfig, ModelLoadError, load_model
-from tiny_models import tiny_pair_dirs
+from tests.tiny_models import tiny_pair_dirs
 
 
 def test_unknown_directory_is_one_clear_line():

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.scripts import load_script
+
+REPO = Path(__file__).resolve().parents[2]
 EXT = REPO / "editors" / "vscode"
-sys.path.insert(0, str(EXT / "scripts"))
-import sync_settings  # noqa: E402  (editors/vscode/scripts/sync_settings.py)
+sync_settings = load_script("editors/vscode/scripts/sync_settings.py", "vscode_sync_settings")
 
 
 def npm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

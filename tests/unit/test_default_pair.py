@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-PAIR = Path(__file__).resolve().parents[1] / "engine" / "default_pair"
+PAIR = Path(__file__).resolve().parents[2] / "engine" / "default_pair"
 MAX_SHIPPED_BYTES = 40 * 1024 * 1024
 
 

@@ -175,7 +175,7 @@ def test_lines_split_only_at_lsp_line_breaks():
 
 
 def test_every_value_the_vscode_settings_ui_can_send_is_accepted():
-    manifest = Path(__file__).resolve().parent.parent / "editors" / "vscode" / "package.json"
+    manifest = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "package.json"
     if not manifest.exists():
         pytest.skip("no VS Code extension manifest in this checkout")
     config = json.loads(manifest.read_text())["contributes"]["configuration"]

@@ -11,7 +11,7 @@ import pytest
 
 from bench import replay
 from bench.keystrokes import apply, typing_script
-from lsp_helpers import tiny_pair
+from tests.e2e.lsp_helpers import tiny_pair
 
 SMALL = '''"""Temperatures."""
 

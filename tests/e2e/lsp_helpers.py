@@ -17,7 +17,7 @@ from pytest_lsp.client import register_lsp_features
 
 from lsp import commands
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SERVER_COMMAND = [sys.executable, "-m", "lsp", "--log-level", "info"]
 SERVER_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
               "TOKENIZERS_PARALLELISM": "false"}
@@ -83,7 +83,7 @@ def tiny_pair() -> tuple[str, str]:
     saved = os.environ.get("SPECFILL_TINY_PAIR")
     if saved:
         return str(Path(saved) / "target"), str(Path(saved) / "draft")
-    from tiny_models import tiny_pair_dirs
+    from tests.tiny_models import tiny_pair_dirs
 
     return tiny_pair_dirs()
 

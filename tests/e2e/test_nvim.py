@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tiny_models import tiny_pair_dirs  # tests/ is on sys.path (conftest.py)
+from tests.scripts import load_script
+from tests.tiny_models import tiny_pair_dirs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "editors" / "nvim"
 SYNC_SETTINGS = PLUGIN / "scripts" / "sync_settings.py"
 WAIT_MODEL_S = 240  # first load of the models on a busy 2-core machine
@@ -210,10 +211,7 @@ def checkhealth(nv: Nvim) -> str:
 
 
 def load_sync_settings():
-    spec = importlib.util.spec_from_file_location("nvim_sync_settings", SYNC_SETTINGS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(str(SYNC_SETTINGS.relative_to(REPO)), "nvim_sync_settings")
 
 
 def expand_tabs(text: str) -> str:

@@ -1,7 +1,7 @@
 """End-of-line benchmark: the cursor at the end of code lines of held-out files, where the server
 asks for a multi-line answer, through the real language server over stdio.
 
-    python -m bench.end_of_line [--files DIR] [--per-file 6] [--configs no-draft,ngram,draft,...]
+    python -m bench.end_of_line [--files DIR] [--per-file 6] [--configs no-draft,ngram,default,...]
 
 Every configuration runs in its own server, all started before the first request; requests go
 round-robin (one position, every configuration, next position), so a busy machine slows all
@@ -26,9 +26,9 @@ from lsp import commands
 CONFIGS = {
     "no-draft": {"draftModel": "none"},
     "ngram": {"draftModel": "ngram"},
-    "draft": {},   # the shipped default: the draft model
-    "no-draft, cut after": {"draftModel": "none", "stopWhileDecoding": False},
-    "draft, cut after": {"stopWhileDecoding": False},
+    "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},   # the draft model, old +2/-1 rule
+    "default": {},   # as shipped: draft model + prompt lookup, the cost-aware controller
+    "no-draft-cut-after": {"draftModel": "none", "stopWhileDecoding": False},  # decode all, cut afterwards
 }
 
 
@@ -52,7 +52,7 @@ def end_of_line_positions(path: Path, per_file: int) -> list[Position]:
 
 async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> LspClient:
     client = await LspClient.start([sys.executable, "-m", "lsp", "--log-level", "warning"], env,
-                                   log_dir / f"server-{name.replace(', ', '-').replace(' ', '-')}.log", cwd=str(ROOT))
+                                   log_dir / f"server-{name}.log", cwd=str(ROOT))
     await client.request("initialize", initialize_params(settings, ROOT))
     await client.notify("initialized", {})
     return client

@@ -100,7 +100,7 @@ def main(argv=None):
             for name, eng in engines.items():
                 eng.pool.clear()  # no cross-prompt cache reuse: same footing as generate()
                 if eng.draft is not None:
-                    eng.drafter.pool.clear()
+                    eng.clear_caches()
                 d_ids = None
                 if eng.draft is not None:
                     bos = eng.draft.tokenizer.bos_token_id

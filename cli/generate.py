@@ -37,7 +37,7 @@ def _device(value: str) -> str:
 
 
 def generate_main(argv: list[str]) -> int:
-    from engine.settings import DEVICES, DTYPES   # the limits and lists live with the engine's settings
+    from engine.settings import DEVICES, DRAFT_CONTROLS, DTYPES   # the limits and lists live with the engine's settings
 
     p = argparse.ArgumentParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
@@ -46,6 +46,9 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--draft-length", type=_draft_length, default="auto", help="'auto' or a number of tokens")
+    p.add_argument("--draft-control", default="cost", choices=DRAFT_CONTROLS,
+                   help="how --draft-length auto decides: cost (measured tokens/ms) or heuristic (+2/-1)")
+    p.add_argument("--no-lookup", action="store_true", help="no prompt lookup beside the draft model")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -69,7 +72,7 @@ def generate_main(argv: list[str]) -> int:
     try:
         engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
                                      dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                                     threads=args.threads))
+                                     threads=args.threads, lookup=not args.no_lookup))
     except ModelLoadError as e:
         print(f"specfill: {e}", file=sys.stderr)
         return 2
@@ -77,7 +80,7 @@ def generate_main(argv: list[str]) -> int:
     draft_ids = encode_prompt(engine.draft, prompt) if engine.draft is not None else None
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                  seed=args.seed)
+                                  seed=args.seed, draft_control=args.draft_control)
     try:
         result = engine.generate(target_ids, draft_ids, settings)
     except ValueError as e:

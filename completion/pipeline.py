@@ -19,7 +19,7 @@ from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, p
 from completion.postprocess import Cleaned, clean_completion, find_cut, is_single_line, with_eol
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, FimTemplate, load_template
-from engine.settings import GenerationResult, GenerationSettings, TextStop
+from engine.settings import DRAFT_CONTROLS, GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
     from engine.engine import Engine
@@ -45,6 +45,7 @@ class CompletionOptions:
     max_new_tokens: int = 64
     temperature: float = 0.0          # 0 = greedy (the lossless speculative path)
     draft_length: int | str = "auto"  # tokens the draft proposes per round, or auto
+    draft_control: str = "cost"       # how auto decides: cost (engine/control.py) or heuristic
     time_budget_ms: float | None = None  # return what is ready after this long
     tab_size: int = 4                 # for comparing tab and space indentation
     # Stop decoding the moment post-processing would cut. False is the old way, kept to measure
@@ -74,6 +75,8 @@ class CompletionOptions:
             bad("temperature", "expected a number >= 0")
         if self.draft_length != "auto" and (not isinstance(self.draft_length, int) or self.draft_length < 1):
             bad("draft_length", "expected auto or an integer >= 1")
+        if self.draft_control not in DRAFT_CONTROLS:
+            bad("draft_control", f"expected one of {', '.join(DRAFT_CONTROLS)}")
         if not isinstance(self.stop_while_decoding, bool):
             bad("stop_while_decoding", "expected true or false")
         if self.time_budget_ms is not None and (not isinstance(self.time_budget_ms, (int, float))
@@ -219,6 +222,7 @@ class CompletionPipeline:
         late_newline = not options.stop_while_decoding and is_single_line(cur, options.multiline)
         gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
                                  temperature=options.temperature, time_budget_ms=options.time_budget_ms,
+                                 draft_control=options.draft_control,
                                  stop_strings=("\n",) if late_newline else ())
         result = self.engine.generate(prompts.target_ids, prompts.draft_ids, gen,
                                       stop_ids=prompts.target.stop_ids, cancel=cancel,

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import threading
 
-from .drafters import ModelDrafter, NgramDrafter, NoDrafter, TextDrafter
-from .generate import DraftLength, speculative_generate
+from .drafters import ModelDrafter, NgramDrafter, TextDrafter
+from .generate import DraftMemory, Drafters, speculative_generate
 from .kv import KVPool
 from .models import LoadedModel, ModelLoadError, load_model
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
@@ -25,34 +25,28 @@ class Engine:
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
         self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean)
         self.draft: LoadedModel | None = None
-        self.draft_length = DraftLength()
-        special = self.target.vocab.special_ids
+        self.memory = DraftMemory()
+        lookup = NgramDrafter(special_ids=self.target.vocab.special_ids)
         if config.draft == "none":
-            self.drafter = NoDrafter()
+            self.drafters = Drafters()
         elif config.draft == "ngram":
-            self.drafter = NgramDrafter(special_ids=special)
+            self.drafters = Drafters(lookup=lookup)
         else:
             self.draft = load_model(config.draft, "draft", **kw)
             if self.draft.device != self.target.device and config.device_map is None:
                 raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
             draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean)
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
-                self.drafter = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
+                model = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
             else:
-                self.drafter = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
+                model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
+            self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)
 
     def clear_caches(self) -> None:
         self.pool.clear()
-        if hasattr(self.drafter, "pool"):
-            self.drafter.pool.clear()
-
-    @property
-    def drafter_kind(self) -> str:
-        return self.drafter.kind
-
-    @property
-    def draft_shares_vocabulary(self) -> bool:
-        return self.drafter.kind == "model"
+        for drafter in (self.drafters.lookup, self.drafters.model):
+            if drafter is not None:
+                drafter.clear()
 
     def generate(self, target_ids: list[int], draft_ids: list[int] | None = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
@@ -60,7 +54,7 @@ class Engine:
         settings = settings or GenerationSettings()
         if not self.config.kv_reuse:
             self.clear_caches()
-        return speculative_generate(self.target, self.pool, self.drafter, list(target_ids),
-                                    settings, self.draft_length, stop_ids=stop_ids,
+        return speculative_generate(self.target, self.pool, self.drafters, list(target_ids),
+                                    settings, self.memory, stop_ids=stop_ids,
                                     draft_prompt=list(draft_ids) if draft_ids is not None else None,
                                     cancel=cancel, stop_check=stop_check)

@@ -1,7 +1,10 @@
 """Speculative decoding in one function.
 
-One round: the drafter proposes k target ids, the target scores [last, *candidates] in ONE
+One round: a drafter proposes k target ids, the target scores [last, *candidates] in ONE
 forward pass, the verification rule accepts a prefix and adds the target's own next token.
+Which drafter (prompt lookup, the draft model, or none) and how many tokens is decided each
+round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
+auto`, the old +2/-1 heuristic when asked for, or a fixed number.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round
 computes exactly len(candidates) + 1 positions.
 """
@@ -9,22 +12,23 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .drafters import Draft, NoDrafter, Sampling
-from .kv import ContextTooLong, KVPool
+from .control import DraftController, Plan
+from .drafters import Draft, Drafter, NgramDrafter, Sampling
+from .kv import ContextTooLong, KVPool, KVSession
 from .models import LoadedModel
-from .sampling import sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare
+from .sampling import target_probs, verify_greedy, verify_rejection, verify_sample_compare
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
 from .vocab import decode_bytes
 
 
 @dataclass
 class DraftLength:
-    """Adaptive draft length: +2 after a fully accepted round, -1 after a rejection.
-    Lives in the Engine, so the next request starts from what worked."""
+    """The old adaptive draft length: +2 after a fully accepted round, -1 after a rejection.
+    Kept (draft_control="heuristic") to compare the controller against."""
     k: int = 4
 
     def update(self, drafted: int, accepted: int) -> None:
@@ -34,6 +38,38 @@ class DraftLength:
             self.k = min(MAX_DRAFT_LENGTH, self.k + 2)
         else:
             self.k = max(1, self.k - 1)
+
+
+@dataclass
+class Drafters:
+    """The ways of drafting an engine has; either may be None."""
+    lookup: NgramDrafter | None = None
+    model: Drafter | None = None      # ModelDrafter (same vocabulary) or TextDrafter (another tokenizer)
+
+
+@dataclass
+class DraftMemory:
+    """What the Engine keeps between requests about drafting: the next request starts from it."""
+    controller: DraftController = field(default_factory=DraftController)
+    heuristic: DraftLength = field(default_factory=DraftLength)
+
+
+def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
+               lookup_tokens: int, max_k: int) -> Plan:
+    """Which drafter drafts this round, and how many tokens."""
+    if max_k <= 0:
+        return Plan("none", 0, 0.0)
+    if settings.draft_length != "auto":        # a fixed number means that number
+        k = min(int(settings.draft_length), max_k)
+        if lookup_tokens and (lookup_tokens >= k or drafters.model is None):
+            return Plan("lookup", min(k, lookup_tokens), 0.0)
+        return Plan("model", k, 0.0) if drafters.model is not None else Plan("none", 0, 0.0)
+    if settings.draft_control == "heuristic":  # one drafter, the old rule
+        k = min(memory.heuristic.k, max_k)
+        if drafters.model is not None:
+            return Plan("model", k, 0.0)
+        return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
+    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -56,8 +92,37 @@ def _trim_past_stop(cand: list[int], gen_bytes: bytes, vocab, stop_check: StopCh
     return cand
 
 
-def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: list[int],
-                         settings: GenerationSettings, draft_length: DraftLength,
+def _verify(cand: list[int], draft: Draft, logits: torch.Tensor, settings: GenerationSettings,
+            gen: torch.Generator | None) -> tuple[int, int]:
+    """(accepted draft tokens, the target's own next token) by the rule that keeps the output
+    the target's: greedy agreement, rejection sampling with the draft's q, or sample-and-compare."""
+    if settings.temperature <= 0:
+        return verify_greedy(cand, logits)
+    p = target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
+    if draft.q is not None and cand:
+        q = draft.q[:len(cand)]
+        if q.shape[-1] != p.shape[-1]:  # vocab padding differs: align supports
+            q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))[:, :p.shape[-1]]
+        return verify_rejection(cand, q, p, gen)
+    return verify_sample_compare(cand, p, gen)
+
+
+def _prefill(session: KVSession, drafters: Drafters, prompt: list[int], draft_prompt: list[int] | None,
+             stats: GenerationStats) -> Drafters:
+    """Bring the target's cache (and the draft's) up to the prompt; a draft whose context is too
+    short for its prompt is dropped for this request."""
+    reused, computed = session.sync(prompt[:-1])
+    stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
+    if drafters.model is not None:
+        try:
+            stats.draft_reused_tokens, stats.draft_prefill_tokens = drafters.model.begin(prompt, draft_prompt)
+        except ContextTooLong:
+            return Drafters(drafters.lookup, None)
+    return drafters
+
+
+def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, prompt: list[int],
+                         settings: GenerationSettings, memory: DraftMemory,
                          stop_ids=(), draft_prompt: list[int] | None = None,
                          cancel: threading.Event | None = None,
                          stop_check: StopCheck | None = None) -> GenerationResult:
@@ -70,32 +135,24 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
     deadline = t0 + settings.time_budget_ms / 1000 if settings.time_budget_ms else None
     stops = frozenset(stop_ids) | target.vocab.special_ids
     gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
-    greedy = settings.temperature <= 0
-    fixed_k = None if settings.draft_length == "auto" else int(settings.draft_length)
+    auto = settings.draft_length == "auto"
     sampling = Sampling(settings.temperature, settings.top_k, settings.top_p,
-                        confidence=settings.draft_confidence if fixed_k is None else 0.0, gen=gen)
+                        confidence=settings.draft_confidence if auto else 0.0, gen=gen)
     max_new = settings.max_new_tokens
     if target.max_positions:
         max_new = min(max_new, target.max_positions - len(prompt))
         if max_new <= 0:
             raise ContextTooLong(f"prompt of {len(prompt)} tokens fills the model's context of {target.max_positions}")
 
-    # Prefill everything but the last prompt token (reusing the cached prefix).
     session = pool.session_for(prompt)
     calls0, fwd0 = session.forward_calls, session.forward_ms
-    d_pool = getattr(drafter, "pool", None)
-    d_fwd0 = sum(s.forward_ms for s in d_pool.sessions) if d_pool else 0.0
-    model_drafter, draft_calls0 = drafter, drafter.draft_calls  # kept for stats if dropped below
+    model0 = drafters.model
+    d_calls0, d_fwd0 = (model0.draft_calls, model0.forward_ms()) if model0 is not None else (0, 0.0)
     with torch.inference_mode():
-        reused, computed = session.sync(prompt[:-1])
-        stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
-        try:
-            drafter.begin(prompt, draft_prompt)
-        except ContextTooLong:  # the draft's context is shorter: go on without it
-            drafter = NoDrafter()
-        d_prefill = getattr(drafter, "prefill", (0, 0))
-        stats.draft_reused_tokens, stats.draft_prefill_tokens = d_prefill
+        drafters = _prefill(session, drafters, prompt, draft_prompt, stats)
     stats.prefill_ms = (time.perf_counter() - t0) * 1000
+    heuristic = auto and settings.draft_control == "heuristic"
+    use_lookup = drafters.lookup is not None and not (heuristic and drafters.model is not None)
 
     seq = list(prompt)
     out: list[int] = []
@@ -110,43 +167,41 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
             if deadline is not None and time.perf_counter() >= deadline:
                 stop_reason = "time_budget"
                 break
-            k = min(fixed_k if fixed_k is not None else draft_length.k, max_new - len(out) - 1)
+            # -- draft: the plan, then its proposal, cut where the answer would be decided
             t1 = time.perf_counter()
-            try:
-                draft = drafter.propose(seq, gen_bytes, k, sampling) if k > 0 else Draft([])
-            except ContextTooLong:
-                drafter, draft = NoDrafter(), Draft([])
-            cand = draft.tokens[:max(k, 0)]
+            max_k = min(MAX_DRAFT_LENGTH, max_new - len(out) - 1)
+            lookup = drafters.lookup.propose(seq, gen_bytes, max_k, sampling).tokens if use_lookup and max_k > 0 else []
+            plan = plan_round(drafters, memory, settings, len(lookup), max_k)
+            draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])
+            if plan.drafter == "model":
+                try:
+                    draft = drafters.model.propose(seq, gen_bytes, plan.k, sampling)
+                except ContextTooLong:
+                    drafters = Drafters(drafters.lookup, None)
+            cand = draft.tokens[:plan.k]
             if stop_check is not None and cand:
                 trimmed = _trim_past_stop(cand, gen_bytes, target.vocab, stop_check)
-                stats.draft_trimmed += len(cand) - len(trimmed)
+                if len(trimmed) < len(cand):   # cut by the stop, not by the drafter
+                    stats.draft_trimmed += len(cand) - len(trimmed)
+                    plan = Plan(plan.drafter, len(trimmed), plan.expected_rate)
                 cand = trimmed
+            # -- verify: one target pass over [last, *cand]
             t2 = time.perf_counter()
             try:
                 logits = session.advance(seq + cand, n_logits=len(cand) + 1)
             except ContextTooLong:
                 stop_reason = "context_full"
                 break
-            if greedy:
-                n, bonus = verify_greedy(cand, logits)
-            else:
-                p = target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
-                if draft.q is not None and cand:
-                    q = draft.q[:len(cand)]
-                    if q.shape[-1] != p.shape[-1]:  # vocab padding differs: align supports
-                        q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))[:, :p.shape[-1]]
-                    n, bonus = verify_rejection(cand, q, p, gen)
-                else:
-                    n, bonus = verify_sample_compare(cand, p, gen)
+            n, bonus = _verify(cand, draft, logits, settings, gen)
             t3 = time.perf_counter()
-            stats.draft_ms += (t2 - t1) * 1000
-            stats.verify_ms += (t3 - t2) * 1000
-            stats.rounds += 1
-            stats.drafted += len(cand)
-            stats.accepted += n
-            if fixed_k is None:
-                draft_length.update(len(cand), n)
+            draft_ms, verify_ms = (t2 - t1) * 1000, (t3 - t2) * 1000
+            stats.count_round(plan.drafter, len(cand), n, draft_ms, verify_ms)
+            if heuristic:
+                memory.heuristic.update(len(cand), n)
+            elif auto:
+                memory.controller.record(plan, len(cand), n, draft_ms, verify_ms)
 
+            # -- accept, then the stops: end tokens, a decided answer, stop strings
             new = cand[:n] + [bonus]
             for i, t in enumerate(new):
                 if t in stops:
@@ -172,12 +227,16 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafter, prompt: lis
                     stop_reason = "stop_string"
                     break
 
+    if drafters.lookup is not None:
+        drafters.lookup.remember(out)
     stats.new_tokens = len(out)
     stats.target_calls = session.forward_calls - calls0
     stats.target_forward_ms = session.forward_ms - fwd0
-    if d_pool:
-        stats.draft_forward_ms = sum(s.forward_ms for s in d_pool.sessions) - d_fwd0
-    stats.draft_calls = model_drafter.draft_calls - draft_calls0
-    stats.final_draft_length = fixed_k if fixed_k is not None else draft_length.k
+    if model0 is not None:
+        stats.draft_forward_ms = model0.forward_ms() - d_fwd0
+        stats.draft_calls = model0.draft_calls - d_calls0
+    stats.final_draft_length = memory.heuristic.k if heuristic else (0 if auto else int(settings.draft_length))
+    if auto and not heuristic:
+        stats.controller = memory.controller.summary()
     stats.latency_ms = (time.perf_counter() - t0) * 1000
     return GenerationResult(text=decode_bytes(gen_bytes), token_ids=out, stop_reason=stop_reason, stats=stats)

@@ -172,6 +172,10 @@ class KVPool:
             return s
         return min(self.sessions, key=lambda s: s.last_used)
 
+    def forward_ms(self) -> float:
+        """Time inside the model's forward passes, over all sessions so far."""
+        return sum(s.forward_ms for s in self.sessions)
+
     def clear(self) -> None:
         self.sessions.clear()
 

@@ -8,6 +8,7 @@ MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength`
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+DRAFT_CONTROLS = ("cost", "heuristic")   # how `draft_length: auto` decides (engine/control.py)
 
 
 @dataclass
@@ -25,6 +26,7 @@ class EngineConfig:
     heal: bool = True             # token healing for a draft with another tokenizer
     lean: bool = True             # lean forward for Llama/Qwen2/GPTBigCode (False: transformers forward)
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
+    lookup: bool = True           # prompt lookup alongside a draft model (the controller picks per round)
 
 
 @dataclass
@@ -38,6 +40,8 @@ class GenerationSettings:
     stop_strings: tuple[str, ...] = ()
     time_budget_ms: float | None = None  # return what is accepted once this is spent
     draft_confidence: float = 0.4      # auto mode: stop a draft when its own top prob drops below
+    draft_control: str = "cost"        # auto mode: "cost" (drafter and k that maximise tokens/ms,
+                                       # engine/control.py) or "heuristic" (the old +2/-1 rule)
 
 
 @dataclass
@@ -58,8 +62,18 @@ class GenerationStats:
     latency_ms: float = 0.0
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
-    final_draft_length: int = 0
+    final_draft_length: int = 0    # the heuristic's k after the call (0 under the controller)
+    rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0})
+    controller: dict = field(default_factory=dict)   # the controller's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
+
+    def count_round(self, drafter: str, drafted: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
+        self.rounds += 1
+        self.rounds_by_drafter[drafter] += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_ms += draft_ms
+        self.verify_ms += verify_ms
 
     @property
     def acceptance_rate(self) -> float:

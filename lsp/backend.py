@@ -41,7 +41,7 @@ def load_backend(settings: Settings) -> Backend:
                           device=settings.device, dtype=settings.dtype,
                           trust_remote_code=settings.trustRemoteCode,
                           max_cache_tokens=settings.maxCacheTokens,
-                          kv_reuse=settings.kvReuse)
+                          kv_reuse=settings.kvReuse, lookup=settings.promptLookup)
     engine = Engine(config)
     pipeline = CompletionPipeline(engine)
     load_ms = (time.perf_counter() - t0) * 1000
@@ -59,7 +59,7 @@ def completion_options(settings: Settings) -> CompletionOptions:
         multiline=settings.multiline, max_lines=settings.maxLines,
         max_new_tokens=settings.maxNewTokens, temperature=settings.temperature,
         draft_length=settings.draftLength, time_budget_ms=settings.timeBudgetMs or None,
-        stop_while_decoding=settings.stopWhileDecoding)
+        stop_while_decoding=settings.stopWhileDecoding, draft_control=settings.draftControl)
 
 
 def completion_request(uri: str, text: str, line: int, character: int) -> CompletionRequest:

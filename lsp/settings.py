@@ -22,12 +22,12 @@ from typing import Any
 
 from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
-from engine.settings import DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH
+from engine.settings import DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
 MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens",
-              "kvReuse")
+              "kvReuse", "promptLookup")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
 
 
@@ -61,9 +61,19 @@ class Settings:
         "hub id, a local directory, `ngram` (prompt lookup, no model) or `none` (plain decoding).",
         "`default`, hub id, local path, `ngram`, `none`")
     draftLength: Any = _setting(
-        "auto", "Tokens drafted per target call; `auto` adapts to the acceptance rate.",
+        "auto", "Tokens drafted per target call; `auto` picks, each round, the drafter (prompt "
+        "lookup, the draft model or none) and the length that give the most tokens per "
+        "millisecond, from acceptance and costs it measures as it goes.",
         f"`auto` or an integer 1-{MAX_DRAFT_LENGTH}", min=1, max=MAX_DRAFT_LENGTH,
         keywords=("auto",))
+    draftControl: str = _setting(
+        "cost", "How `draftLength: auto` decides: `cost` (the measured tokens-per-millisecond "
+        "choice above) or `heuristic` (the draft model alone, +2 tokens after a fully accepted "
+        "round, -1 after a rejection; kept to compare against).", _quoted(DRAFT_CONTROLS),
+        choices=DRAFT_CONTROLS)
+    promptLookup: bool = _setting(
+        True, "Draft from the text itself too (the document, the prompt, recent completions) "
+        "beside a draft model; the controller uses whichever pays.", "true or false")
     maxNewTokens: int = _setting(64, "Most tokens generated for one completion.",
                                  "integer 1-1024", min=1, max=1024)
     maxLines: int = _setting(8, "Most lines in one multi-line completion.",

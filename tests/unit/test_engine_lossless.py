@@ -57,14 +57,16 @@ def _ids(loaded, text):
 
 def test_drafters_are_the_kinds_asked_for(engines):
     _, others = engines
-    assert {k: e.drafter.kind for k, e in others.items()} == {
-        "ngram": "ngram", "same-tokenizer": "model", "other-tokenizer": "text"}
+    kinds = {k: (e.drafters.lookup is not None, e.drafters.model.kind if e.drafters.model else None)
+             for k, e in others.items()}
+    # a draft model comes with prompt lookup beside it; the controller picks per round
+    assert kinds == {"ngram": (True, None), "same-tokenizer": (True, "model"), "other-tokenizer": (True, "text")}
 
 
-@pytest.mark.parametrize("draft_length", ["auto", 3])
-def test_greedy_speculative_equals_target_alone(engines, draft_length):
+@pytest.mark.parametrize("draft_length,control", [("auto", "cost"), ("auto", "heuristic"), (3, "cost")])
+def test_greedy_speculative_equals_target_alone(engines, draft_length, control):
     base, others = engines
-    settings = GenerationSettings(max_new_tokens=MAX_NEW, draft_length=draft_length)
+    settings = GenerationSettings(max_new_tokens=MAX_NEW, draft_length=draft_length, draft_control=control)
     accepted = {k: 0 for k in others}
     for prompt in PROMPTS:
         t_ids = _ids(base.target, prompt)
@@ -87,3 +89,27 @@ def test_speculation_saves_target_calls(engines):
     assert spec.token_ids == plain.token_ids
     assert spec.stats.target_calls < plain.stats.target_calls
     assert spec.stats.tokens_per_target_call > 1.0
+
+
+def test_controller_stops_drafting_with_a_draft_that_never_agrees(engines):
+    """A random draft model (same vocabulary, untrained) is almost never right: the controller
+    learns that drafting cannot pay and decodes without it, probing now and then; the output
+    stays the target's own."""
+    from engine import DraftMemory, Drafters, KVPool, speculative_generate
+    from engine.drafters import ModelDrafter
+    from tests.tiny_models import tiny_model
+
+    base, _ = engines
+    target = base.target
+    useless = ModelDrafter(KVPool(tiny_model("llama", len(target.tokenizer), seed=7), 2, 1024))
+    drafters, memory = Drafters(model=useless), DraftMemory()
+    settings = GenerationSettings(max_new_tokens=MAX_NEW)
+    rounds = {"none": 0, "lookup": 0, "model": 0}
+    for prompt in PROMPTS[:12]:
+        t_ids = _ids(target, prompt)
+        got = speculative_generate(target, KVPool(target.model, 2, 1024), drafters, t_ids, settings, memory)
+        assert got.token_ids == base.generate(t_ids, settings=settings).token_ids, prompt
+        for kind, n in got.stats.rounds_by_drafter.items():
+            rounds[kind] += n
+    assert memory.controller.model.p(0) < 0.2
+    assert rounds["none"] > 3 * rounds["model"] > 0, rounds     # gave up, but probed

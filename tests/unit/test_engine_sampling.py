@@ -13,8 +13,8 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from engine import DraftLength, GenerationSettings, KVPool, LoadedModel, speculative_generate
-from engine.drafters import ModelDrafter, TextDrafter
+from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
+from engine.drafters import ModelDrafter, NgramDrafter, TextDrafter
 from engine.sampling import target_probs
 from engine.vocab import build_vocab
 from tests.tiny_models import _init_sharp, llama_config
@@ -92,13 +92,14 @@ def _chi_square_ok(counts: Counter, dist: dict, n: int) -> bool:
     return stat < crit
 
 
-def _sample_pairs(target, drafter, prompt, draft_prompt, seed0):
+def _sample_pairs(target, drafters, prompt, draft_prompt, seed0, draft_length=2):
     counts = Counter()
-    settings_base = dict(max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, draft_length=2)
+    settings_base = dict(max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, draft_length=draft_length)
     pool = KVPool(target.model, 2, 256)
+    memory = DraftMemory()      # shared: under auto the controller's choices vary from call to call
     for i in range(N_SAMPLES):
-        r = speculative_generate(target, pool, drafter, prompt, GenerationSettings(seed=seed0 + i, **settings_base),
-                                 DraftLength(), draft_prompt=draft_prompt)
+        r = speculative_generate(target, pool, drafters, prompt, GenerationSettings(seed=seed0 + i, **settings_base),
+                                 memory, draft_prompt=draft_prompt)
         counts[tuple(r.token_ids[:2])] += 1
     return counts
 
@@ -111,7 +112,7 @@ def test_rejection_sampling_same_vocabulary(small_models):
     prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
     dist = _exact_two_token_dist(target, prompt)
     drafter = ModelDrafter(KVPool(draft.model, 2, 256))
-    counts = _sample_pairs(target, drafter, prompt, None, 1000)
+    counts = _sample_pairs(target, Drafters(model=drafter), prompt, None, 1000)
     assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
@@ -121,7 +122,25 @@ def test_sample_and_compare_other_vocabulary(small_models):
     d_prompt = [0] + other.vocab.encode_text(PROMPT_TEXT)
     dist = _exact_two_token_dist(target, prompt)
     drafter = TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab)
-    counts = _sample_pairs(target, drafter, prompt, d_prompt, 5000)
+    counts = _sample_pairs(target, Drafters(model=drafter), prompt, d_prompt, 5000)
+    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+
+
+@pytest.mark.parametrize("which", ["same-vocabulary", "other-vocabulary"])
+def test_sampling_with_lookup_and_draft_under_the_controller(small_models, which):
+    """Rounds drafted by prompt lookup (sample-and-compare), by the draft model (rejection
+    sampling or sample-and-compare) or by nobody, as the controller picks: still the target's
+    distribution. "abcda" ends where it began, so the lookup has a proposal."""
+    target, draft, other = small_models
+    prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
+    dist = _exact_two_token_dist(target, prompt)
+    if which == "same-vocabulary":
+        model, d_prompt = ModelDrafter(KVPool(draft.model, 2, 256)), None
+    else:
+        model = TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab)
+        d_prompt = [0] + other.vocab.encode_text(PROMPT_TEXT)
+    drafters = Drafters(lookup=NgramDrafter(), model=model)
+    counts = _sample_pairs(target, drafters, prompt, d_prompt, 9000, draft_length="auto")
     assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 

@@ -98,10 +98,13 @@ def test_auto_draft_length_adapts_and_persists():
     assert dl.k == 1
 
 
-def test_engine_keeps_draft_length_between_requests(pair):
+def test_engine_keeps_what_it_learned_between_requests(pair):
     t_ids, d_ids = _prompts(pair, "x = 1\n")
-    first = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=20))
-    assert pair.draft_length.k == first.stats.final_draft_length
+    first = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=20, draft_control="heuristic"))
+    assert pair.memory.heuristic.k == first.stats.final_draft_length
+    rounds = pair.memory.controller.model.rounds + pair.memory.controller.lookup.rounds
+    second = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=20))
+    assert second.stats.controller["model"]["rounds"] + second.stats.controller["lookup"]["rounds"] > rounds
 
 
 @pytest.mark.parametrize("which", [0, 1])
@@ -140,4 +143,4 @@ def test_draft_with_a_shorter_context_is_dropped_not_fatal(tmp_path):
     assert len(d_ids) > 32
     got = eng.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=10))
     assert got.token_ids == base.generate(t_ids, settings=GenerationSettings(max_new_tokens=10)).token_ids
-    assert got.stats.drafted == 0
+    assert got.stats.rounds_by_drafter["model"] == 0 and got.stats.draft_calls == 0   # lookup only

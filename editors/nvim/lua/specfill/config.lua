@@ -32,8 +32,16 @@ M.defaults = {
   --       local directory, `ngram` (prompt lookup, no model) or `none` (plain decoding). Allowed:
   --       `default`, hub id, local path, `ngram`, `none`.
   --   draftLength = "auto"
-  --       Tokens drafted per target call; `auto` adapts to the acceptance rate. Allowed: `auto` or
-  --       an integer 1-16.
+  --       Tokens drafted per target call; `auto` picks, each round, the drafter (prompt lookup, the
+  --       draft model or none) and the length that give the most tokens per millisecond, from
+  --       acceptance and costs it measures as it goes. Allowed: `auto` or an integer 1-16.
+  --   draftControl = "cost"
+  --       How `draftLength: auto` decides: `cost` (the measured tokens-per-millisecond choice
+  --       above) or `heuristic` (the draft model alone, +2 tokens after a fully accepted round, -1
+  --       after a rejection; kept to compare against). Allowed: `cost`, `heuristic`.
+  --   promptLookup = true
+  --       Draft from the text itself too (the document, the prompt, recent completions) beside a
+  --       draft model; the controller uses whichever pays. Allowed: true or false.
   --   maxNewTokens = 64
   --       Most tokens generated for one completion. Allowed: integer 1-1024.
   --   maxLines = 8

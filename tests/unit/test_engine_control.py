@@ -1,0 +1,76 @@
+"""The cost-aware controller on its own: given measured acceptance and costs, it picks the
+round with the most expected tokens per millisecond."""
+from __future__ import annotations
+
+import pytest
+
+from engine.control import MAX_K, PROBE_EVERY, DraftController, DrafterEstimate
+
+
+def controller(verify_one=4.0, per_token=0.2, model_step=0.5) -> DraftController:
+    c = DraftController()
+    c.verify.record(1, verify_one)
+    c.verify.record(2, verify_one + per_token)
+    c.model.step_ms = model_step
+    return c
+
+
+def test_expected_tokens_follow_the_formula():
+    e = DrafterEstimate(prior=0.0, step_ms=0.0)
+    for i in range(MAX_K):     # a measured acceptance of exactly 0.5 at every position
+        e.evaluated[i], e.accepted[i] = 1e6, 5e5
+    for k in (1, 3, 8):
+        assert e.expected_tokens(k) == pytest.approx((1 - 0.5 ** (k + 1)) / (1 - 0.5), rel=1e-4)
+
+
+def test_no_draft_when_the_draft_is_never_right():
+    c = controller()
+    for _ in range(50):
+        c.model.record(4, 4, 0, 2.0)
+    plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+    assert (plan.drafter, plan.k) == ("none", 0)
+
+
+def test_long_model_drafts_when_they_are_cheap_and_right():
+    c = controller(model_step=0.1)
+    for _ in range(50):
+        c.model.record(8, 8, 8, 0.8)
+    plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+    assert plan.drafter == "model" and plan.k >= 8
+
+
+def test_an_expensive_draft_loses_to_plain_decoding():
+    c = controller(verify_one=1.0, per_token=0.01, model_step=5.0)
+    for _ in range(50):
+        c.model.record(4, 4, 2, 20.0)
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"
+
+
+def test_a_good_lookup_proposal_beats_the_model():
+    c = controller(model_step=1.0)
+    for _ in range(50):
+        c.lookup.record(6, 6, 6, 0.0)
+        c.model.record(4, 4, 1, 4.0)
+    plan = c.plan(lookup_tokens=6, has_model=True, max_k=16)
+    assert (plan.drafter, plan.k) == ("lookup", 6)
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter != "lookup"
+
+
+def test_a_losing_draft_model_is_probed_again():
+    c = controller()
+    for _ in range(50):
+        c.model.record(4, 4, 0, 2.0)
+    plans = []
+    for _ in range(PROBE_EVERY + 1):
+        plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+        plans.append(plan.drafter)
+        c.record(plan, 0, 0, 0.0, 4.0)
+    assert plans[:PROBE_EVERY] == ["none"] * PROBE_EVERY and plans[-1] == "model"
+
+
+def test_the_draft_never_outruns_the_budget():
+    c = controller(model_step=0.01)
+    for _ in range(50):
+        c.model.record(8, 8, 8, 0.08)
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=3).k <= 3
+    assert c.plan(lookup_tokens=5, has_model=False, max_k=0).drafter == "none"

@@ -6,10 +6,25 @@ step to grow the cache). These functions run the same math on the model's own we
 preallocated KV cache, nanoGPT-style. Any other architecture, or an unusual config, falls back
 to the transformers forward: `lean_unsupported` says why, and `make_lean` logs it and returns
 None. Tests check both agree (allclose).
+
+What a step costs here is mostly the number of tensor operations (each is a few microseconds
+of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that number low:
+- per model, not per call: rope cos/sin tables and causal-mask bands for all positions so far
+  (sliced, never rebuilt), weights looked up once (no module calls), transposed views for
+  matmuls that also add the residual (addmm);
+- small models get fused copies of the q/k/v and gate/up weights (one matmul instead of
+  three or two). The model's own parameters stay as they are; the copies are taken when the
+  lean forward is made, and only while they cost little memory (`FUSE_MAX_BYTES`);
+- rope is applied to queries and keys together, in place, and one copy writes a step's keys
+  and values into the cache (token-major layout);
+- the cache for all layers is one tensor; a step writes to it in place and attends over a
+  slice of it, so shapes depend only on the number of new tokens and the cache length (the
+  structure CUDA graphs need, apart from the length: see LeanKV).
 """
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,113 +32,277 @@ from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausal
 
 log = logging.getLogger("specfill.engine")
 
+# Packed weight copies (see _Linear) are made only while they add at most this much memory:
+# they pay where per-operation overhead and small matmuls dominate (completion-sized models);
+# a big model's memory matters more.
+PACK_MAX_BYTES = 64 * 2**20
+
+# Causal masks for up to this many new tokens are slices of one precomputed band (verify
+# widths); longer inputs (prompt prefill) build their mask.
+MASK_BAND_WIDTH = 64
+
+
+def _grown(capacity: int, total: int, minimum: int = 256) -> int:
+    cap = max(minimum, capacity)
+    while cap < total:
+        cap *= 2  # doubling: growth copies are rare, steps never copy
+    return cap
+
 
 class LeanKV:
-    """Per-layer key/value tensors [kv_heads, capacity, head_dim]; `length` tokens are valid."""
+    """The keys and values of all layers in one tensor, [layers, capacity, 2, kv_heads,
+    head_dim] (token-major: one copy writes a step's keys and values); `length` tokens are
+    valid. `keys[i]`/`values[i]` are [1, kv_heads, capacity, head_dim] views for attention.
+
+    The capacity grows by doubling. For CUDA graphs, reserve the session's whole budget once
+    (`reserve(max_tokens)`): then no step allocates or moves the cache."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device):
         self.shape = (layers, kv_heads, head_dim)
         self.dtype, self.device = dtype, device
         self.capacity = 0
         self.length = 0
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
+        self.data: torch.Tensor | None = None
+        self.slots: list[torch.Tensor] = []    # [capacity, 2, kv_heads, head_dim] per layer
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
 
     def reserve(self, total: int) -> None:
         if total <= self.capacity:
             return
-        cap = max(256, self.capacity)
-        while cap < total:
-            cap *= 2  # doubling: growth copies are rare, steps never copy
+        cap = _grown(self.capacity, total)
         layers, heads, hd = self.shape
-        new = lambda: torch.zeros(heads, cap, hd, dtype=self.dtype, device=self.device)  # noqa: E731
-        if not self.k:
-            self.k = [new() for _ in range(layers)]
-            self.v = [new() for _ in range(layers)]
-        else:
-            for i in range(layers):
-                k, v = new(), new()
-                k[:, :self.length] = self.k[i][:, :self.length]
-                v[:, :self.length] = self.v[i][:, :self.length]
-                self.k[i], self.v[i] = k, v
+        data = torch.zeros(layers, cap, 2, heads, hd, dtype=self.dtype, device=self.device)
+        if self.data is not None:
+            data[:, :self.length] = self.data[:, :self.length]
+        self.data, self.capacity = data, cap
+        self.slots = list(data.unbind(0))
+        self.keys = [s[:, 0].transpose(0, 1)[None] for s in self.slots]
+        self.values = [s[:, 1].transpose(0, 1)[None] for s in self.slots]
+
+
+class _Positions:
+    """Tables indexed by position, grown by doubling and sliced per call: the causal-mask band
+    and (for rotary models) cos and sign-folded sin. A band row i is True up to column
+    C - W + i, so rows [:n], columns [C - W - past:][:past + n] are the mask for n tokens
+    after `past` cached ones."""
+
+    def __init__(self, inv_freq: torch.Tensor | None = None, rope_scale: float = 1.0):
+        self.inv_freq, self.rope_scale = inv_freq, rope_scale
+        self.capacity = 0
+        self.band: torch.Tensor | None = None
+        self.cos = self.sin = None
+
+    def ensure(self, total: int, dtype, device) -> None:
+        if total <= self.capacity and self.band.device == device and (
+                self.cos is None or self.cos.dtype == dtype):
+            return
+        cap = _grown(self.capacity, total)
+        w = MASK_BAND_WIDTH
+        cols = torch.arange(cap + w, device=device)
+        self.band = cols[None, :] <= torch.arange(w, device=device)[:, None] + cap
+        if self.inv_freq is not None:
+            pos = torch.arange(cap, device=device, dtype=torch.float32)
+            freqs = pos[:, None] * self.inv_freq.to(device)[None, :]
+            half = freqs.shape[-1]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos = emb.cos() * self.rope_scale
+            sin = emb.sin() * self.rope_scale
+            # rotate_half(t) * sin == (t with its halves swapped) * (sin, first half negated)
+            sin[:, :half] = -sin[:, :half]
+            self.cos = cos.to(dtype)[:, None, :]   # [capacity, 1, head_dim]
+            self.sin = sin.to(dtype)[:, None, :]
         self.capacity = cap
 
+    def mask(self, past: int, n: int, device) -> torch.Tensor | None:
+        """Bool [n, past + n]: True where a new token may attend (None for one token)."""
+        if n == 1:
+            return None  # one new token may attend to everything before it
+        if n > MASK_BAND_WIDTH:
+            rows = torch.arange(n, device=device)[:, None] + past
+            return torch.arange(past + n, device=device)[None, :] <= rows
+        off = self.band.shape[1] - MASK_BAND_WIDTH - past
+        return self.band[:n, off:off + past + n]
 
-def _causal_mask(past: int, n: int, device) -> torch.Tensor | None:
+
+def _attend(q: torch.Tensor, kv: LeanKV, layer: int, end: int, mask, scale: float) -> torch.Tensor:
+    """q [n, heads, hd] over the first `end` cached positions: [n, heads * hd]."""
+    n, heads, hd = q.shape
+    keys, values = kv.keys[layer][:, :, :end], kv.values[layer][:, :, :end]
+    kv_heads = keys.shape[1]
     if n == 1:
-        return None  # one new token may attend to everything before it
-    rows = torch.arange(n, device=device)[:, None] + past
-    cols = torch.arange(past + n, device=device)[None, :]
-    return cols <= rows
+        # One query per head and no mask: the heads sharing a kv head are that head's query
+        # rows (exact, and no GQA expansion).
+        out = F.scaled_dot_product_attention(q.view(1, kv_heads, heads // kv_heads, hd), keys, values,
+                                             scale=scale)
+        return out.view(1, heads * hd)
+    # torch's CPU flash kernel needs unit stride in the head dim (else it takes the slow math
+    # path); queries from a wide packed matmul come transposed.
+    q = q.transpose(0, 1)[None] if q.stride(-1) == 1 else q.transpose(0, 1)[None].contiguous()
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
+                                         enable_gqa=heads != kv_heads)
+    return out[0].transpose(0, 1).reshape(n, heads * hd)
 
 
-def _attend(q, kv: LeanKV, layer: int, k, v, mask, scale):
-    """q [heads, n, hd], k/v [kv_heads, n, hd]: write k/v at the cache tail, attend over all."""
-    start, end = kv.length, kv.length + k.shape[1]
-    kv.k[layer][:, start:end] = k
-    kv.v[layer][:, start:end] = v
-    keys, values = kv.k[layer][:, :end], kv.v[layer][:, :end]
-    out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, scale=scale,
-                                         enable_gqa=q.shape[0] != keys.shape[0])
-    return out[0].transpose(0, 1).reshape(q.shape[1], -1)
+def _fused_bias(modules) -> torch.Tensor | None:
+    if all(m.bias is None for m in modules):
+        return None
+    return torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in modules])
+
+
+def _weight_bytes(modules) -> int:
+    return sum(m.weight.numel() * m.weight.element_size() for m in modules)
+
+
+# From this many rows on, a packed matmul multiplies the [out, in] weight by the transposed
+# input (see _Linear).
+WIDE_ROWS = 4
+
+
+class _Linear:
+    """One or more linear maps of the same input, their outputs concatenated.
+
+    Packed (small models): one matmul on copies of the weights owned here, concatenated, in
+    both layouts, because on this kind of CPU MKL's speed for a few rows depends on it: one to
+    three rows run 1.5-2x faster as x @ [in, out]; four to sixteen 1.3-1.6x faster as
+    ([out, in] @ x^T)^T (measured on the shipped pair, bench/forward_cost.py). The transposed
+    result is returned as a view: the next matmul takes it transposed again, contiguous.
+    Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
+    parameters are never touched either way."""
+
+    def __init__(self, modules: list[torch.nn.Linear], packed: bool):
+        self.bias = _fused_bias(modules)
+        self.bias_column = None if self.bias is None else self.bias[:, None]
+        self.packed = packed
+        if packed:
+            self.weight = torch.cat([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
+            self.weight_t = self.weight.t().contiguous()
+            self.parts = None
+        else:
+            self.weight = modules[0].weight if len(modules) == 1 else None
+            self.weight_t = None if self.weight is None else self.weight.t()
+            self.parts = [(m.weight, m.bias) for m in modules]
+
+    @staticmethod
+    def extra_bytes(modules: list[torch.nn.Linear]) -> int:
+        """Memory of the packed copies."""
+        return _weight_bytes(modules) * (2 if len(modules) > 1 else 1)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if self.packed and h.shape[0] >= WIDE_ROWS:
+            if self.bias is None:
+                return torch.mm(self.weight, h.t()).t()
+            return torch.addmm(self.bias_column, self.weight, h.t()).t()
+        if self.weight_t is not None:
+            return torch.mm(h, self.weight_t) if self.bias is None else torch.addmm(self.bias, h, self.weight_t)
+        return torch.cat([F.linear(h, w, b) for w, b in self.parts], dim=-1)
+
+    def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """x + self(h), one addmm where there is no bias (single maps only)."""
+        if self.bias is not None:
+            x = x + self.bias
+        if self.packed and h.shape[0] >= WIDE_ROWS:
+            return torch.addmm(x.t(), self.weight, h.t()).t()
+        return torch.addmm(x, h, self.weight_t)
+
+
+def _packs(model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int) -> bool:
+    """Whether packed copies of these maps (grouped as the forward fuses them) and the output
+    head fit in `pack_max_bytes`."""
+    total = sum(_Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
+    return total + _Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
+
+
+@dataclass
+class _LlamaLayer:
+    norm1: torch.Tensor
+    qkv: _Linear
+    o_proj: _Linear
+    norm2: torch.Tensor
+    gate_up: _Linear
+    down_proj: _Linear
 
 
 class LeanLlama:
     """Llama-family decoder (Llama, Qwen2): RMSNorm, rotary positions, grouped-query attention."""
 
-    def __init__(self, model):
+    def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES):
         cfg = model.config
         self.model = model
         self.inner = model.model
         self.heads = cfg.num_attention_heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.hidden = cfg.hidden_size
         self.eps = cfg.rms_norm_eps
         rot = self.inner.rotary_emb
-        self.inv_freq = rot.inv_freq.float()
-        self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
-        self.act = self.inner.layers[0].mlp.act_fn
+        self.positions = _Positions(rot.inv_freq.float().clone(), float(getattr(rot, "attention_scaling", 1.0)))
+        self.act = self.inner.layers[0].mlp.act_fn.forward
+        linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
+                    l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
+        self.packed = _packs(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes)
+        self.layers = [
+            _LlamaLayer(l.input_layernorm.weight, _Linear(m[:3], self.packed), _Linear(m[3:4], self.packed),
+                        l.post_attention_layernorm.weight, _Linear(m[4:6], self.packed),
+                        _Linear(m[6:], self.packed))
+            for l, m in zip(self.inner.layers, linears)]
+        self.lm_head = _Linear([model.lm_head], self.packed)
 
     def new_cache(self, dtype, device) -> LeanKV:
-        return LeanKV(len(self.inner.layers), self.kv_heads, self.head_dim, dtype, device)
+        return LeanKV(len(self.layers), self.kv_heads, self.head_dim, dtype, device)
 
     def _norm(self, x, weight):
-        xf = x.float()
-        return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+        # Half precision: normalise in float32 and round before the weight, as transformers does.
+        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
         n = ids.shape[0]
-        kv.reserve(kv.length + n)
-        x = self.inner.embed_tokens(ids)
-        pos = torch.arange(kv.length, kv.length + n, device=ids.device, dtype=torch.float32)
-        freqs = pos[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = (emb.cos() * self.rope_scale).to(x.dtype)
-        sin = (emb.sin() * self.rope_scale).to(x.dtype)
-        mask = _causal_mask(kv.length, n, ids.device)
-        half = self.head_dim // 2
+        start = kv.length
+        end = start + n
+        kv.reserve(end)
+        x = F.embedding(ids, self.inner.embed_tokens.weight)
+        pos = self.positions
+        pos.ensure(end, x.dtype, x.device)
+        cos, sin = pos.cos[start:end], pos.sin[start:end]
+        mask = pos.mask(start, n, ids.device)
+        heads, kvh, hd, half = self.heads, self.kv_heads, self.head_dim, self.head_dim // 2
+        qk_heads = heads + kvh
+        scale = hd ** -0.5
 
-        def rope(t):
-            rotated = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
-            return t * cos + rotated * sin
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(self._norm(x, layer.norm1)).unflatten(1, (qk_heads + kvh, hd))
+            qk = qkv[:, :qk_heads]
+            # rope on queries and keys together, in place; rolling by half a head swaps halves
+            torch.addcmul(qk * cos, qk.roll(half, -1), sin, out=qk)
+            kv.slots[i][start:end] = qkv[:, heads:].unflatten(1, (2, kvh))
+            x = layer.o_proj.add_to(x, _attend(qkv[:, :heads], kv, i, end, mask, scale))
+            gate, up = layer.gate_up(self._norm(x, layer.norm2)).chunk(2, dim=-1)
+            x = layer.down_proj.add_to(x, self.act(gate).mul_(up))
+        kv.length = end
+        return self.lm_head(self._norm(x[-n_logits:], self.inner.norm.weight))
 
-        for i, layer in enumerate(self.inner.layers):
-            att = layer.self_attn
-            h = self._norm(x, layer.input_layernorm.weight)
-            q = rope(att.q_proj(h).view(n, self.heads, self.head_dim).transpose(0, 1))
-            k = rope(att.k_proj(h).view(n, self.kv_heads, self.head_dim).transpose(0, 1))
-            v = att.v_proj(h).view(n, self.kv_heads, self.head_dim).transpose(0, 1)
-            x = x + att.o_proj(_attend(q, kv, i, k, v, mask, self.head_dim ** -0.5))
-            h = self._norm(x, layer.post_attention_layernorm.weight)
-            x = x + layer.mlp.down_proj(self.act(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
-        kv.length += n
-        return self.model.lm_head(self._norm(x[-n_logits:], self.inner.norm.weight))
+
+@dataclass
+class _BigCodeBlock:
+    ln_1: torch.nn.LayerNorm
+    c_attn: _Linear
+    attn_proj: _Linear
+    ln_2: torch.nn.LayerNorm
+    c_fc: _Linear
+    mlp_proj: _Linear
+    act: object
+
+
+def _layer_norm(x, ln: torch.nn.LayerNorm):
+    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
 
 
 class LeanBigCode:
     """GPTBigCode (StarCoder family): LayerNorm, learned positions, multi-query attention."""
 
-    def __init__(self, model):
+    def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES):
         cfg = model.config
         self.model = model
         self.inner = model.transformer
@@ -133,28 +312,38 @@ class LeanBigCode:
         self.mq = cfg.multi_query
         self.kv_heads = 1 if self.mq else self.heads
         self.scale = self.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
+        self.positions = _Positions()
+        linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
+        self.packed = _packs(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes)
+        self.blocks = [_BigCodeBlock(b.ln_1, *(_Linear([m], self.packed) for m in mods[:2]), b.ln_2,
+                                     *(_Linear([m], self.packed) for m in mods[2:]), b.mlp.act.forward)
+                       for b, mods in zip(self.inner.h, linears)]
+        self.lm_head = _Linear([model.lm_head], self.packed)
 
     def new_cache(self, dtype, device) -> LeanKV:
-        return LeanKV(len(self.inner.h), self.kv_heads, self.head_dim, dtype, device)
+        return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
-        n, hd = ids.shape[0], self.head_dim
-        kv.reserve(kv.length + n)
-        pos = torch.arange(kv.length, kv.length + n, device=ids.device)
-        x = self.inner.wte(ids) + self.inner.wpe(pos)
-        mask = _causal_mask(kv.length, n, ids.device)
-        for i, block in enumerate(self.inner.h):
-            qkv = block.attn.c_attn(block.ln_1(x))
+        n, hd, heads = ids.shape[0], self.head_dim, self.heads
+        start = kv.length
+        end = start + n
+        kv.reserve(end)
+        x = F.embedding(ids, self.inner.wte.weight) + self.inner.wpe.weight[start:end]
+        self.positions.ensure(end, x.dtype, x.device)
+        mask = self.positions.mask(start, n, ids.device)
+        for i, b in enumerate(self.blocks):
+            qkv = b.c_attn(_layer_norm(x, b.ln_1))
             if self.mq:
-                q = qkv[:, :self.embed].view(n, self.heads, hd).transpose(0, 1)
-                k = qkv[:, self.embed:self.embed + hd][None]
-                v = qkv[:, self.embed + hd:][None]
+                q = qkv[:, :self.embed].unflatten(1, (heads, hd))
+                kv.slots[i][start:end] = qkv[:, self.embed:].unflatten(1, (2, 1, hd))
             else:
-                q, k, v = qkv.view(n, self.heads, 3 * hd).transpose(0, 1).split(hd, dim=-1)
-            x = x + block.attn.c_proj(_attend(q, kv, i, k, v, mask, self.scale))
-            x = x + block.mlp.c_proj(block.mlp.act(block.mlp.c_fc(block.ln_2(x))))
-        kv.length += n
-        return self.model.lm_head(self.inner.ln_f(x[-n_logits:]))
+                per_head = qkv.unflatten(1, (heads, 3, hd))
+                q = per_head[:, :, 0]
+                kv.slots[i][start:end] = per_head[:, :, 1:].transpose(1, 2)
+            x = b.attn_proj.add_to(x, _attend(q, kv, i, end, mask, self.scale))
+            x = b.mlp_proj.add_to(x, b.act(b.c_fc(_layer_norm(x, b.ln_2))))
+        kv.length = end
+        return self.lm_head(_layer_norm(x[-n_logits:], self.inner.ln_f))
 
 
 LeanModel = LeanLlama | LeanBigCode
@@ -181,15 +370,17 @@ def lean_unsupported(model) -> str | None:
     return f"no lean forward for {type(model).__name__}"
 
 
-def make_lean(model) -> LeanModel | None:
-    """A lean forward for `model`, or None (logged with the reason) when it is not covered."""
+def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES) -> LeanModel | None:
+    """A lean forward for `model`, or None (logged with the reason) when it is not covered.
+    The lean forward packs copies of the weights when they take at most `pack_max_bytes`
+    (0: never; it then reads the model's own weights)."""
     reason = lean_unsupported(model)
     if reason is not None:
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
         return None
     if isinstance(model, GPTBigCodeForCausalLM):
-        return LeanBigCode(model)
-    return LeanLlama(model)
+        return LeanBigCode(model, pack_max_bytes)
+    return LeanLlama(model, pack_max_bytes)
 
 
 class LeanForward:
@@ -205,7 +396,7 @@ class LeanForward:
         if self.cache is None:
             self.cache = self.lean.new_cache(self.dtype, self.device)
         x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
-        return self.lean(x, self.cache, n_logits).float()
+        return self.lean(x, self.cache, n_logits).float().contiguous()
 
     def crop(self, length: int) -> None:
         self.cache.length = length   # the next call overwrites what lies past `length`

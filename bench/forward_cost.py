@@ -1,0 +1,181 @@
+"""What one forward pass costs: the shipped pair's decode (1 token) and verify (w tokens) steps
+through a KV session, for the lean forward of this tree, the lean forward of an older commit
+and the transformers forward, side by side in one run.
+
+    python -m bench.forward_cost                      # 1 torch thread, context 300
+    python -m bench.forward_cost --baseline HEAD~3 --context 500 --reps 9
+    python -m bench.forward_cost --compile            # also: torch.compile start-up and gain
+
+Each step starts from the same cached context (the session crops back to it), so every
+figure is one call at a fixed context length. Configurations are interleaved rep by rep, so
+machine load hits them alike; figures are medians over reps. The bandwidth floor is the
+model's weight bytes over this machine's measured read bandwidth (one thread).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+from engine.kv import KVSession, TransformersForward
+from engine.lean import LeanForward, make_lean
+from engine.models import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+# The lean forward before issue 10 cut its per-operation overhead.
+DEFAULT_BASELINE = "951e2c1"
+WIDTHS = (1, 2, 4, 8, 16)
+
+
+def lean_module_at(ref: str) -> types.ModuleType:
+    """engine/lean.py as it was at git `ref`, loaded as its own module (it imports only torch
+    and transformers), so the old and new forwards run in one process."""
+    src = subprocess.run(["git", "show", f"{ref}:engine/lean.py"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    name = f"lean_at_{ref.replace('~', '_').replace('^', '_')}"
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod   # dataclasses look their module up
+    exec(compile(src, f"{ref}:engine/lean.py", "exec"), mod.__dict__)
+    return mod
+
+
+def read_bandwidth_gbs() -> float:
+    """Best of a few passes summing 256 MB (beyond any cache)."""
+    a = torch.ones(64 * 2**20)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t0)
+    return a.numel() * 4 / best / 1e9
+
+
+def weight_bytes(model) -> int:
+    seen = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}   # tied once
+    return sum(seen.values())
+
+
+def forwards(model, baseline):
+    """name -> a factory of fresh forwards for `model`."""
+    param = next(model.parameters())
+    out = {"transformers": lambda: TransformersForward(model, param.device)}
+    if baseline is not None:
+        old = baseline.make_lean(model)
+        out["lean (baseline)"] = lambda: baseline.LeanForward(old, param.dtype, param.device)
+    new = make_lean(model)
+    out["lean (this tree)"] = lambda: LeanForward(new, param.dtype, param.device)
+    return out
+
+
+def time_steps(session: KVSession, context: list[int], width: int, calls: int) -> float:
+    """ms per call that appends `width` tokens to `context` (cropped back before each)."""
+    ids = context + [7] * width
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        session.advance(ids, n_logits=width)
+    return (time.perf_counter() - t0) / calls * 1000
+
+
+def measure(model, factories, context: list[int], widths, reps: int, calls: int) -> dict:
+    sessions = {name: KVSession(model, 4096, forward=make()) for name, make in factories.items()}
+    for s in sessions.values():
+        s.advance(context)
+        time_steps(s, context, 1, 5)   # warm up: cache allocated, tables built
+    samples = {(name, w): [] for name in sessions for w in widths}
+    for _ in range(reps):
+        for w in widths:
+            for name, s in sessions.items():
+                samples[(name, w)].append(time_steps(s, context, w, calls))
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
+def exactness(model, factories, context: list[int]) -> float:
+    """Largest |logit difference| between each forward and the transformers one (width 8)."""
+    ids = context + list(range(20, 28))
+    outs = {}
+    for name, make in factories.items():
+        s = KVSession(model, 4096, forward=make())
+        s.advance(context)
+        outs[name] = s.advance(ids, n_logits=8)
+    ref = outs["transformers"]
+    return max(float((o - ref).abs().max()) for o in outs.values())
+
+
+class CompiledLean:
+    """A lean model whose forward runs under torch.compile (dynamic shapes)."""
+
+    def __init__(self, lean):
+        self.new_cache = lean.new_cache
+        self.forward = torch.compile(lean.__call__, dynamic=True)
+
+    def __call__(self, ids, kv, n_logits):
+        return self.forward(ids, kv, n_logits)
+
+
+def compile_cost(model, context: list[int], calls: int) -> tuple[float, float, float]:
+    """(start-up seconds, eager ms, compiled ms) for decode steps of the lean forward with
+    torch.compile around it (dynamic shapes: the cache length changes every step)."""
+    lean = make_lean(model)
+    param = next(model.parameters())
+    eager = KVSession(model, 4096, forward=LeanForward(lean, param.dtype, param.device))
+    compiled_fwd = LeanForward(lean, param.dtype, param.device)
+    compiled_fwd.lean = CompiledLean(lean)
+    compiled = KVSession(model, 4096, forward=compiled_fwd)
+    eager.advance(context)
+    t0 = time.perf_counter()
+    compiled.advance(context)
+    for w in (1, 2):   # first calls of both shapes pay the compile
+        compiled.advance(context + [7] * w, n_logits=w)
+    startup = time.perf_counter() - t0
+    e = min(time_steps(eager, context, 1, calls) for _ in range(5))
+    c = min(time_steps(compiled, context, 1, calls) for _ in range(5))
+    return startup, e, c
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE,
+                    help="git ref whose engine/lean.py runs alongside ('none' to skip)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--context", type=int, default=300, help="cached tokens before each step")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=40, help="calls per timed block")
+    ap.add_argument("--compile", action="store_true", help="also measure torch.compile")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    baseline = None if args.baseline == "none" else lean_module_at(args.baseline)
+    gbs = read_bandwidth_gbs()
+    print(f"torch {torch.__version__}, {args.threads} thread(s), context {args.context} tokens, "
+          f"read bandwidth {gbs:.1f} GB/s, baseline lean.py at {args.baseline}")
+    for role, widths in (("target", WIDTHS), ("draft", (1, 2))):
+        m = load_model("default", role, device="cpu").model
+        context = [(i * 37) % 1000 + 3 for i in range(args.context)]
+        factories = forwards(m, baseline)
+        with torch.inference_mode():
+            err = exactness(m, factories, context)
+            ms = measure(m, factories, context, widths, args.reps, args.calls)
+        nbytes = weight_bytes(m)
+        print(f"\n{role}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M "
+              f"parameters, {nbytes / 1e6:.1f} MB, bandwidth floor {nbytes / gbs / 1e6:.2f} ms/step; "
+              f"max |logit - transformers| {err:.1e}")
+        names = list(factories)
+        print(f"{'width':>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")
+        for w in widths:
+            print(f"{w:>6} " + " ".join(f"{ms[(n, w)]:>18.3f}" for n in names))
+        if baseline is not None:
+            gain = [ms[("lean (baseline)", w)] / ms[("lean (this tree)", w)] for w in widths]
+            print("this tree vs baseline: " + ", ".join(f"w{w} {g:.2f}x" for w, g in zip(widths, gain)))
+        if args.compile:
+            with torch.inference_mode():
+                startup, e, c = compile_cost(m, context, args.calls)
+            print(f"torch.compile: start-up {startup:.1f} s, decode {e:.3f} ms eager vs {c:.3f} ms compiled")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The lean forward equals the transformers forward on every path it takes: packed weight
+copies or the model's own weights, one new token or a verify width (both matmul layouts),
+short inputs (mask band) or a long prefill (built mask), grouped-query and multi-query
+attention, biases; and it never changes the model's parameters."""
+import pytest
+import torch
+from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
+
+from engine.lean import MASK_BAND_WIDTH, WIDE_ROWS, LeanForward, make_lean
+from tests.tiny_models import bigcode_config, llama_config, tiny_model
+
+VOCAB = 300
+
+
+def _model(kind: str) -> torch.nn.Module:
+    if kind == "bigcode multi-head":
+        model = GPTBigCodeForCausalLM(bigcode_config(VOCAB, multi_query=False)).eval()
+    elif kind == "llama, 2 heads per kv head":
+        model = LlamaForCausalLM(llama_config(VOCAB, num_attention_heads=4, num_key_value_heads=2)).eval()
+    else:
+        model = tiny_model(kind, VOCAB)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():   # nonzero biases, so that a misplaced bias shows
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return model
+
+
+def _reference(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float()
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "model-weights"])
+@pytest.mark.parametrize("kind", ["llama", "llama, 2 heads per kv head", "qwen2", "bigcode", "bigcode multi-head"])
+def test_lean_forward_equals_transformers_at_every_width(kind, packed):
+    model = _model(kind)
+    lean = make_lean(model, pack_max_bytes=2**30 if packed else 0)
+    assert lean.packed == packed
+    fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (400,), generator=gen).tolist()
+    ref = _reference(model, ids)
+    prefill = MASK_BAND_WIDTH + 30   # longer than the mask band
+    pos = 0
+    with torch.no_grad():
+        for width in [prefill, 1, 2, 3, WIDE_ROWS, 8, 16, 1, 5, 12, MASK_BAND_WIDTH]:
+            got = fwd(ids[pos:pos + width], n_logits=width)
+            assert got.is_contiguous() and got.shape == (width, VOCAB)
+            torch.testing.assert_close(got, ref[pos:pos + width], atol=1e-4, rtol=1e-4, msg=f"width {width}")
+            pos += width
+        # Crop back and continue: the cache past the crop is overwritten, not attended.
+        fwd.crop(prefill + 3)
+        got = fwd(ids[prefill + 3:prefill + 11], n_logits=8)
+        torch.testing.assert_close(got, ref[prefill + 3:prefill + 11], atol=1e-4, rtol=1e-4)
+
+
+def test_packing_leaves_the_model_parameters_alone():
+    model = _model("llama")
+    before = {name: (p.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()}
+    lean = make_lean(model)
+    assert lean.packed
+    with torch.no_grad():
+        LeanForward(lean, torch.float32, torch.device("cpu"))(list(range(40)), n_logits=8)
+    for name, p in model.named_parameters():
+        ptr, value = before[name]
+        assert p.data_ptr() == ptr and torch.equal(p, value), name
+
+
+def test_big_models_run_on_their_own_weights():
+    model = _model("llama")
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert not make_lean(model, pack_max_bytes=weights // 4).packed
+
+
+def test_half_precision_matches_transformers():
+    model = _model("llama").to(torch.bfloat16)
+    fwd = LeanForward(make_lean(model), torch.bfloat16, torch.device("cpu"))
+    ids = list(range(3, 60))
+    ref = _reference(model, ids)
+    with torch.no_grad():
+        got = torch.cat([fwd(ids[:50], n_logits=50), fwd(ids[50:51], 1), fwd(ids[51:], 6)])
+    # bf16 keeps 8 bits of mantissa: the two forwards round differently, not differently often
+    assert (got - ref).abs().max() < 0.05 * ref.abs().max()
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9

@@ -56,15 +56,20 @@ def main(argv=None):
 
     from transformers import AutoModelForCausalLM
 
-    configs = {"specfill draft": (args.draft, True), "specfill ngram": ("ngram", True),
-               "specfill none": ("none", True), "specfill none, transformers forward": ("none", False)}
-    engines = {name: Engine(EngineConfig(target=args.target, draft=d, max_sessions=1, lean=lean))
-               for name, (d, lean) in configs.items()}
+    # name -> (draft, lean forward, prompt lookup beside the draft, how auto decides)
+    configs = {"specfill default (draft + lookup, cost-aware)": (args.draft, True, True, "cost"),
+               "specfill draft, old heuristic": (args.draft, True, False, "heuristic"),
+               "specfill ngram": ("ngram", True, True, "cost"),
+               "specfill none": ("none", True, True, "cost"),
+               "specfill none, transformers forward": ("none", False, True, "cost")}
+    engines = {name: Engine(EngineConfig(target=args.target, draft=d, max_sessions=1, lean=lean, lookup=lookup))
+               for name, (d, lean, lookup, _) in configs.items()}
+    drafted = engines["specfill default (draft + lookup, cost-aware)"]
     ref = engines["specfill none"]
     hf_target = ref.target.model
-    hf_draft = engines["specfill draft"].draft.model if engines["specfill draft"].draft else None
+    hf_draft = drafted.draft.model if drafted.draft else None
     tt = ref.target.tokenizer
-    dt = engines["specfill draft"].draft.tokenizer if hf_draft is not None else None
+    dt = drafted.draft.tokenizer if hf_draft is not None else None
     counter = CallCounter(hf_target)
     prompts = held_out_prompts(args.prompts, args.prompt_chars)
 
@@ -81,7 +86,6 @@ def main(argv=None):
 
     rows = {name: {"ms": [], "tokens": 0, "calls": 0, "same": 0} for name in
             list(configs) + ["transformers + assistant", "transformers plain"]}
-    settings = GenerationSettings(max_new_tokens=args.max_new_tokens)
     with torch.inference_mode():
         for prompt in prompts:
             t_ids = [tt.bos_token_id] + ref.target.vocab.encode_text(prompt)
@@ -98,15 +102,14 @@ def main(argv=None):
                 plain = out if plain is None else plain
                 rows[name]["same"] += out == plain
             for name, eng in engines.items():
-                eng.pool.clear()  # no cross-prompt cache reuse: same footing as generate()
-                if eng.draft is not None:
-                    eng.clear_caches()
+                eng.clear_caches()  # no cross-prompt cache reuse: same footing as generate()
                 d_ids = None
                 if eng.draft is not None:
                     bos = eng.draft.tokenizer.bos_token_id
                     d_ids = ([bos] if bos is not None else []) + eng.draft.vocab.encode_text(prompt)
                 # specfill stops at special tokens; compare on the same stop rule as plain greedy
-                r = eng.generate(t_ids, d_ids, settings)
+                r = eng.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=args.max_new_tokens,
+                                                                  draft_control=configs[name][3]))
                 rows[name]["ms"].append(r.stats.latency_ms)
                 rows[name]["tokens"] += r.stats.new_tokens
                 rows[name]["calls"] += r.stats.target_calls - 1

@@ -6,9 +6,12 @@ over stdio, as an editor would, and time every inline completion; then run trans
     python -m bench.replay --help
 
 Configurations (all on the same keystrokes):
-  full         specfill as shipped: draft model + KV reuse + completion cache
+  full         specfill as shipped: draft model + prompt lookup under the cost-aware controller,
+               KV reuse, completion cache
   no-draft     draftModel none (plain decoding in the engine, still KV reuse + cache)
   no-kv-reuse  kvReuse false (every request prefills its whole prompt; cache still on)
+  ngram        draftModel ngram (prompt lookup only)
+  draft-heuristic  the draft model alone with the old +2/-1 draft length rule
   hf-assisted  transformers generate(assistant_model=draft), re-run for every request
   hf-plain     transformers generate(), re-run for every request
 Writes results.md (table, goals, where the time goes), results.json (every request) and
@@ -39,6 +42,8 @@ SERVER_CONFIGS = {
     "full": {},
     "no-draft": {"draftModel": "none"},
     "no-kv-reuse": {"kvReuse": False},
+    "ngram": {"draftModel": "ngram"},
+    "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},
 }
 HF_CONFIGS = ("hf-assisted", "hf-plain")
 ALL_CONFIGS = (*SERVER_CONFIGS, *HF_CONFIGS)

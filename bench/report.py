@@ -10,11 +10,13 @@ GOAL_P95_MS = 200.0
 GOAL_SPEEDUP = 3.0          # full vs hf-assisted at p50
 
 LABELS = {
-    "full": "1. specfill (draft + KV reuse + cache)",
+    "full": "1. specfill as shipped (draft + lookup, cost-aware; KV reuse; cache)",
     "no-draft": "2. specfill, no draft",
     "no-kv-reuse": "3. specfill, no KV reuse",
     "hf-assisted": "4. transformers generate(assistant_model)",
     "hf-plain": "5. transformers generate()",
+    "ngram": "6. specfill, prompt lookup only",
+    "draft-heuristic": "7. specfill, draft model with the old +2/-1 rule",
 }
 PARTS = (("server_ms", "server + transport"), ("pipeline_ms", "prompt + post-processing"),
          ("prefill_ms", "prefill"), ("draft_ms", "drafting"), ("verify_ms", "verification"),
@@ -36,7 +38,7 @@ def server_record(config, file, keystroke, line, character, trigger, window_ms, 
     r = _base(config, file, keystroke, line, character, trigger, window_ms, latency_ms, text)
     r.update(ran_model=bool(engine), from_cache=bool(job.get("from_cache")), job_ms=job.get("ms"))
     for k in ("new_tokens", "target_calls", "drafted", "accepted", "prefill_tokens", "reused_tokens",
-              "prompt_tokens", "prefill_ms", "draft_ms", "verify_ms", "stop_reason"):
+              "prompt_tokens", "prefill_ms", "draft_ms", "verify_ms", "stop_reason", "shown_tokens"):
         r[k] = engine.get(k)
     r["engine_ms"] = engine.get("latency_ms")
     r["raw_text"] = engine.get("raw_text")     # the model's output before post-processing
@@ -114,6 +116,9 @@ def summarize(records: list[dict], configs: list[str]) -> dict:
             "tokens_per_target_call": _ratio(total("new_tokens"), total("target_calls")),
             "kv_reuse": _ratio(total("reused_tokens"), total("reused_tokens") + total("prefill_tokens")),
             "new_tokens_per_run": _ratio(total("new_tokens"), len(runs)),
+            # tokens the engine decoded per token behind the text shown (server configurations)
+            "decoded_per_shown": (_ratio(total("new_tokens"), total("shown_tokens"))
+                                  if any(r.get("shown_tokens") is not None for r in runs) else None),
             "prompt_tokens_per_run": _ratio(total("prompt_tokens"), len(runs)),
             "prefill_tokens_per_run": _ratio(total("prefill_tokens"), len(runs)),
             "same_as_plain": same_as_plain(records, config),
@@ -176,12 +181,14 @@ def _same(v) -> str:
 
 def table(summary: dict) -> str:
     rows = ["| configuration | requests | model runs | cache hits | p50 ms | p95 ms | p99 ms | "
-            "p50 ms, model runs | acceptance | tokens / target pass | KV reuse | late | same output as 5 |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "p50 ms, model runs | acceptance | tokens / target pass | decoded / shown tokens | KV reuse | late "
+            "| same output as 5 |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary.values():
         rows.append(f"| {s['label']} | {s['requests']} | {s['model_runs']} | {s['cache_hits']} | "
                     f"{_ms(s['p50_ms'])} | {_ms(s['p95_ms'])} | {_ms(s['p99_ms'])} | {_ms(s['model_p50_ms'])} | "
-                    f"{_pct(s['acceptance'])} | {_num(s['tokens_per_target_call'])} | {_pct(s['kv_reuse'])} | "
+                    f"{_pct(s['acceptance'])} | {_num(s['tokens_per_target_call'])} | "
+                    f"{_num(s['decoded_per_shown'])} | {_pct(s['kv_reuse'])} | "
                     f"{s['late']} | {_same(s['same_as_plain'])} |")
     return "\n".join(rows)
 

@@ -8,7 +8,9 @@ the familiar (1 - a^(k+1)) / (1 - a). The controller keeps, per way of drafting,
 by draft position and the cost of one draft step, and for the target the cost of verifying w
 tokens; each round it compares "no draft" (1 token for verify(1)), every k of the draft model,
 and the prompt lookup's proposal cut to every length, and takes the best rate. A drafter that
-loses is probed again every PROBE_EVERY rounds, so the estimates follow the text.
+loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
+slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
+hiccup cannot shut drafting off for good.
 """
 from __future__ import annotations
 
@@ -18,7 +20,14 @@ MAX_K = 16
 PROBE_EVERY = 24        # rounds without the model draft before it is tried again
 DECAY = 0.97            # weight of older rounds in the acceptance counts (follows the text)
 COST_EMA = 0.1          # weight of a new cost measurement
+MAX_JUMP = 4.0          # a cost measurement counts as at most this many times the current estimate
 PRIOR_ROUNDS = 2.0      # pseudo-rounds behind the prior acceptance
+
+
+def _ema(current: float, measured: float) -> float:
+    if current > 0:
+        measured = min(measured, MAX_JUMP * current)
+    return current + COST_EMA * (measured - current)
 
 
 @dataclass
@@ -51,7 +60,7 @@ class DrafterEstimate:
         for i in range(min(asked, accepted + 1, MAX_K)):
             self.evaluated[i] += 1
             self.accepted[i] += i < accepted
-        self.step_ms += COST_EMA * (draft_ms / max(1, drafted) - self.step_ms)
+        self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
         self.rounds += 1
 
     def summary(self) -> dict:
@@ -73,10 +82,10 @@ class VerifyCost:
         if not self.seen:
             self.one_ms, self.per_token_ms, self.seen = ms, 0.05 * ms, True
         elif width == 1:
-            self.one_ms += COST_EMA * (ms - self.one_ms)
+            self.one_ms = _ema(self.one_ms, ms)
         else:
             slope = max(0.0, (ms - self.one_ms) / (width - 1))
-            self.per_token_ms += COST_EMA * (slope - self.per_token_ms)
+            self.per_token_ms = _ema(max(self.per_token_ms, 0.01 * self.one_ms), slope)
 
 
 @dataclass
@@ -92,7 +101,8 @@ class DraftController:
     lookup: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.5, step_ms=0.0))
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6, step_ms=0.5))
     verify: VerifyCost = field(default_factory=VerifyCost)
-    since_model: int = 0
+    since_model: int = 0     # rounds since each drafter was last used (for probing)
+    since_lookup: int = 0
 
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int) -> Plan:
         """The best round given a lookup proposal of `lookup_tokens` (0: none) and whether a
@@ -105,7 +115,7 @@ class DraftController:
         best = Plan("none", 0, 1.0 / max(self.verify(1), 1e-6))
         for k in range(1, min(lookup_tokens, max_k) + 1):
             rate = self.lookup.expected_tokens(k) / max(self.verify(k + 1), 1e-6)
-            if rate > best.expected_rate:
+            if rate > best.expected_rate or (self.since_lookup >= PROBE_EVERY and best.drafter == "none"):
                 best = Plan("lookup", k, rate)
         best_model = None
         if has_model:
@@ -120,13 +130,12 @@ class DraftController:
     def record(self, plan: Plan, drafted: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
         """What a round of `plan` gave: `drafted` tokens verified, `accepted` of them."""
         self.verify.record(drafted + 1, verify_ms)
+        self.since_model = 0 if plan.drafter == "model" else self.since_model + 1
+        self.since_lookup = 0 if plan.drafter == "lookup" else self.since_lookup + 1
         if plan.drafter == "model":
             self.model.record(plan.k, drafted, accepted, draft_ms)
-            self.since_model = 0
-        else:
-            if plan.drafter == "lookup":
-                self.lookup.record(plan.k, drafted, accepted, draft_ms)
-            self.since_model += 1
+        elif plan.drafter == "lookup":
+            self.lookup.record(plan.k, drafted, accepted, draft_ms)
 
     def summary(self) -> dict:
         return {"verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},

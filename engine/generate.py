@@ -107,17 +107,18 @@ def _verify(cand: list[int], draft: Draft, logits: torch.Tensor, settings: Gener
     return verify_sample_compare(cand, p, gen)
 
 
-def _prefill(session: KVSession, drafters: Drafters, prompt: list[int], draft_prompt: list[int] | None,
-             stats: GenerationStats) -> Drafters:
-    """Bring the target's cache (and the draft's) up to the prompt; a draft whose context is too
-    short for its prompt is dropped for this request."""
-    reused, computed = session.sync(prompt[:-1])
-    stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
-    if drafters.model is not None:
-        try:
-            stats.draft_reused_tokens, stats.draft_prefill_tokens = drafters.model.begin(prompt, draft_prompt)
-        except ContextTooLong:
-            return Drafters(drafters.lookup, None)
+def _begin_model(drafters: Drafters, prompt: list[int], draft_prompt: list[int] | None,
+                 stats: GenerationStats) -> Drafters:
+    """Bring the draft model's cache up to its prompt, the first time a round wants it (a request
+    the controller drafts by lookup alone never pays for it); a draft whose context is too short
+    for its prompt is dropped for this request."""
+    t0 = time.perf_counter()
+    try:
+        stats.draft_reused_tokens, stats.draft_prefill_tokens = drafters.model.begin(prompt, draft_prompt)
+    except ContextTooLong:
+        return Drafters(drafters.lookup, None)
+    finally:
+        stats.prefill_ms += (time.perf_counter() - t0) * 1000
     return drafters
 
 
@@ -149,8 +150,10 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     model0 = drafters.model
     d_calls0, d_fwd0 = (model0.draft_calls, model0.forward_ms()) if model0 is not None else (0, 0.0)
     with torch.inference_mode():
-        drafters = _prefill(session, drafters, prompt, draft_prompt, stats)
+        reused, computed = session.sync(prompt[:-1])
+    stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
     stats.prefill_ms = (time.perf_counter() - t0) * 1000
+    model_begun = False
     heuristic = auto and settings.draft_control == "heuristic"
     use_lookup = drafters.lookup is not None and not (heuristic and drafters.model is not None)
 
@@ -172,6 +175,12 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
             max_k = min(MAX_DRAFT_LENGTH, max_new - len(out) - 1)
             lookup = drafters.lookup.propose(seq, gen_bytes, max_k, sampling).tokens if use_lookup and max_k > 0 else []
             plan = plan_round(drafters, memory, settings, len(lookup), max_k)
+            if plan.drafter == "model" and not model_begun:
+                model_begun, t_begin = True, time.perf_counter()
+                drafters = _begin_model(drafters, prompt, draft_prompt, stats)
+                t1 += time.perf_counter() - t_begin     # the draft's prefill is not a draft step
+                if drafters.model is None:
+                    plan = Plan("none", 0, 0.0)
             draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])
             if plan.drafter == "model":
                 try:

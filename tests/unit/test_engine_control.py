@@ -74,3 +74,19 @@ def test_the_draft_never_outruns_the_budget():
         c.model.record(8, 8, 8, 0.08)
     assert c.plan(lookup_tokens=0, has_model=True, max_k=3).k <= 3
     assert c.plan(lookup_tokens=5, has_model=False, max_k=0).drafter == "none"
+
+
+def test_one_slow_measurement_cannot_shut_drafting_off():
+    """A hiccup (page fault, another process) while verifying a draft moves the cost estimate a
+    bounded step, and lookup is probed again even after it lost."""
+    c = controller(verify_one=4.0, per_token=0.2)
+    for _ in range(20):
+        c.lookup.record(4, 4, 3, 0.0)
+    c.record(c.plan(lookup_tokens=4, has_model=False, max_k=16), 4, 3, 0.0, 500.0)   # one 500 ms verify
+    assert c.verify.per_token_ms < 1.0
+    plans = []
+    for _ in range(2 * PROBE_EVERY):
+        plan = c.plan(lookup_tokens=4, has_model=False, max_k=16)
+        plans.append(plan.drafter)
+        c.record(plan, plan.k, plan.k if plan.drafter == "lookup" else 0, 0.0, 4.0 + 0.2 * plan.k)
+    assert plans[-1] == "lookup" and plans.count("lookup") > PROBE_EVERY

@@ -122,6 +122,76 @@ def _begin_model(drafters: Drafters, prompt: list[int], draft_prompt: list[int] 
     return drafters
 
 
+@dataclass
+class Decoding:
+    """One call's state as its rounds go."""
+    prompt: list[int]
+    draft_prompt: list[int] | None
+    drafters: Drafters
+    use_lookup: bool
+    seq: list[int] = field(default_factory=list)
+    out: list[int] = field(default_factory=list)
+    gen_bytes: bytes = b""
+    model_begun: bool = False
+    text_checked: int = 0
+
+
+def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampling: Sampling, vocab,
+           stop_check: StopCheck | None, max_k: int, stats: GenerationStats) -> tuple[Plan, Draft, list[int], float]:
+    """The round's plan, its draft and the candidates to verify (cut where the answer would
+    already be decided), and the drafting time in ms (the draft model's prefill excluded)."""
+    t0 = time.perf_counter()
+    lookup = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling).tokens if d.use_lookup and max_k > 0 else []
+    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k)
+    if plan.drafter == "model" and not d.model_begun:
+        d.model_begun, t_begin = True, time.perf_counter()
+        d.drafters = _begin_model(d.drafters, d.prompt, d.draft_prompt, stats)
+        t0 += time.perf_counter() - t_begin
+        if d.drafters.model is None:
+            plan = Plan("none", 0, 0.0)
+    draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])
+    if plan.drafter == "model":
+        try:
+            draft = d.drafters.model.propose(d.seq, d.gen_bytes, plan.k, sampling)
+        except ContextTooLong:
+            d.drafters = Drafters(d.drafters.lookup, None)
+    cand = draft.tokens[:plan.k]
+    if stop_check is not None and cand:
+        trimmed = _trim_past_stop(cand, d.gen_bytes, vocab, stop_check)
+        if len(trimmed) < len(cand):   # cut by the stop, not by the drafter
+            stats.draft_trimmed += len(cand) - len(trimmed)
+            plan = Plan(plan.drafter, len(trimmed), plan.expected_rate)
+        cand = trimmed
+    return plan, draft, cand, (time.perf_counter() - t0) * 1000
+
+
+def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: GenerationSettings,
+            stop_check: StopCheck | None) -> str | None:
+    """Append the round's tokens; the stop reason if decoding ends here: an end token, a
+    decided answer, a stop string."""
+    for i, t in enumerate(new):
+        if t in stops:
+            d.seq.extend(new[:i])
+            d.out.extend(new[:i])
+            d.gen_bytes += vocab.bytes_of(new[:i])
+            return "eos"
+    d.seq.extend(new)
+    d.out.extend(new)
+    d.gen_bytes += vocab.bytes_of(new)
+    if stop_check is not None:
+        stop = stop_check(decode_bytes(d.gen_bytes))
+        if stop is not None:
+            return stop.reason
+    if settings.stop_strings:
+        text = decode_bytes(d.gen_bytes)
+        cut = _find_stop(text, settings.stop_strings, d.text_checked)
+        d.text_checked = len(text)
+        if cut >= 0:
+            d.gen_bytes = text[:cut].encode("utf-8")
+            return "stop_string"
+    return None
+
+
 def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, prompt: list[int],
                          settings: GenerationSettings, memory: DraftMemory,
                          stop_ids=(), draft_prompt: list[int] | None = None,
@@ -137,6 +207,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     stops = frozenset(stop_ids) | target.vocab.special_ids
     gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
     auto = settings.draft_length == "auto"
+    heuristic = auto and settings.draft_control == "heuristic"
     sampling = Sampling(settings.temperature, settings.top_k, settings.top_p,
                         confidence=settings.draft_confidence if auto else 0.0, gen=gen)
     max_new = settings.max_new_tokens
@@ -145,100 +216,50 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
         if max_new <= 0:
             raise ContextTooLong(f"prompt of {len(prompt)} tokens fills the model's context of {target.max_positions}")
 
+    # Prefill everything but the last prompt token (reusing the cached prefix).
     session = pool.session_for(prompt)
     calls0, fwd0 = session.forward_calls, session.forward_ms
     model0 = drafters.model
     d_calls0, d_fwd0 = (model0.draft_calls, model0.forward_ms()) if model0 is not None else (0, 0.0)
     with torch.inference_mode():
-        reused, computed = session.sync(prompt[:-1])
-    stats.reused_tokens, stats.prefill_tokens = reused, computed + 1
+        stats.reused_tokens, computed = session.sync(prompt[:-1])
+    stats.prefill_tokens = computed + 1
     stats.prefill_ms = (time.perf_counter() - t0) * 1000
-    model_begun = False
-    heuristic = auto and settings.draft_control == "heuristic"
-    use_lookup = drafters.lookup is not None and not (heuristic and drafters.model is not None)
 
-    seq = list(prompt)
-    out: list[int] = []
-    gen_bytes = b""
-    text_checked = 0
+    d = Decoding(prompt, draft_prompt, drafters, seq=list(prompt),
+                 use_lookup=drafters.lookup is not None and not (heuristic and drafters.model is not None))
     stop_reason = "max_tokens"
     with torch.inference_mode():
-        while len(out) < max_new:
+        while len(d.out) < max_new:
             if cancel is not None and cancel.is_set():
                 stop_reason = "cancelled"
                 break
             if deadline is not None and time.perf_counter() >= deadline:
                 stop_reason = "time_budget"
                 break
-            # -- draft: the plan, then its proposal, cut where the answer would be decided
-            t1 = time.perf_counter()
-            max_k = min(MAX_DRAFT_LENGTH, max_new - len(out) - 1)
-            lookup = drafters.lookup.propose(seq, gen_bytes, max_k, sampling).tokens if use_lookup and max_k > 0 else []
-            plan = plan_round(drafters, memory, settings, len(lookup), max_k)
-            if plan.drafter == "model" and not model_begun:
-                model_begun, t_begin = True, time.perf_counter()
-                drafters = _begin_model(drafters, prompt, draft_prompt, stats)
-                t1 += time.perf_counter() - t_begin     # the draft's prefill is not a draft step
-                if drafters.model is None:
-                    plan = Plan("none", 0, 0.0)
-            draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])
-            if plan.drafter == "model":
-                try:
-                    draft = drafters.model.propose(seq, gen_bytes, plan.k, sampling)
-                except ContextTooLong:
-                    drafters = Drafters(drafters.lookup, None)
-            cand = draft.tokens[:plan.k]
-            if stop_check is not None and cand:
-                trimmed = _trim_past_stop(cand, gen_bytes, target.vocab, stop_check)
-                if len(trimmed) < len(cand):   # cut by the stop, not by the drafter
-                    stats.draft_trimmed += len(cand) - len(trimmed)
-                    plan = Plan(plan.drafter, len(trimmed), plan.expected_rate)
-                cand = trimmed
-            # -- verify: one target pass over [last, *cand]
+            max_k = min(MAX_DRAFT_LENGTH, max_new - len(d.out) - 1)
+            plan, draft, cand, draft_ms = _draft(d, memory, settings, sampling, target.vocab, stop_check, max_k, stats)
             t2 = time.perf_counter()
-            try:
-                logits = session.advance(seq + cand, n_logits=len(cand) + 1)
+            try:   # one target pass over [last, *cand]
+                logits = session.advance(d.seq + cand, n_logits=len(cand) + 1)
             except ContextTooLong:
                 stop_reason = "context_full"
                 break
             n, bonus = _verify(cand, draft, logits, settings, gen)
-            t3 = time.perf_counter()
-            draft_ms, verify_ms = (t2 - t1) * 1000, (t3 - t2) * 1000
+            verify_ms = (time.perf_counter() - t2) * 1000
             stats.count_round(plan.drafter, len(cand), n, draft_ms, verify_ms)
             if heuristic:
                 memory.heuristic.update(len(cand), n)
             elif auto:
                 memory.controller.record(plan, len(cand), n, draft_ms, verify_ms)
-
-            # -- accept, then the stops: end tokens, a decided answer, stop strings
-            new = cand[:n] + [bonus]
-            for i, t in enumerate(new):
-                if t in stops:
-                    new = new[:i]
-                    stop_reason = "eos"
-                    break
-            seq.extend(new)
-            out.extend(new)
-            gen_bytes += target.vocab.bytes_of(new)
-            if stop_reason == "eos":
+            reason = _accept(d, cand[:n] + [bonus], stops, target.vocab, settings, stop_check)
+            if reason is not None:
+                stop_reason = reason
                 break
-            if stop_check is not None:
-                stop = stop_check(decode_bytes(gen_bytes))
-                if stop is not None:
-                    stop_reason = stop.reason
-                    break
-            if settings.stop_strings:
-                text = decode_bytes(gen_bytes)
-                cut = _find_stop(text, settings.stop_strings, text_checked)
-                text_checked = len(text)
-                if cut >= 0:
-                    gen_bytes = text[:cut].encode("utf-8")
-                    stop_reason = "stop_string"
-                    break
 
-    if drafters.lookup is not None:
-        drafters.lookup.remember(out)
-    stats.new_tokens = len(out)
+    if d.drafters.lookup is not None:
+        d.drafters.lookup.remember(d.out)
+    stats.new_tokens = len(d.out)
     stats.target_calls = session.forward_calls - calls0
     stats.target_forward_ms = session.forward_ms - fwd0
     if model0 is not None:
@@ -248,4 +269,4 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     if auto and not heuristic:
         stats.controller = memory.controller.summary()
     stats.latency_ms = (time.perf_counter() - t0) * 1000
-    return GenerationResult(text=decode_bytes(gen_bytes), token_ids=out, stop_reason=stop_reason, stats=stats)
+    return GenerationResult(text=decode_bytes(d.gen_bytes), token_ids=d.out, stop_reason=stop_reason, stats=stats)

@@ -1,9 +1,10 @@
 """The VS Code extension: its manifest against the server's settings table, a `tsc` compile,
-the unit tests of its settings handling (node --test), and a .vsix package.
+the unit tests of its settings handling (node --test), the Node versions it declares, and a
+.vsix package holding one esbuild bundle.
 
-The real-VS Code suite (code-server + chromium) lives in editors/vscode/e2e and is not part of
-this default run. Needs `node` and `npm` (Node 20+); node deps are installed with `npm ci` from
-the committed package-lock.json when node_modules is missing.
+The real-VS Code suite (code-server + chromium) lives in editors/vscode/e2e. Needs `node` and
+`npm` (Node ^20.18.1 or 22+, as package.json's engines say); node deps are installed with
+`npm ci` from the committed package-lock.json when node_modules is missing.
 """
 from __future__ import annotations
 
@@ -83,21 +84,55 @@ def test_compiles_with_tsc_and_unit_tests_pass(node_deps):
     assert (EXT / "out" / "src" / "extension.js").exists()
 
 
-def test_packages_as_vsix(node_deps, tmp_path):
+def node(script: str, *args: str, stdin: str | None = None) -> str:
+    res = subprocess.run(["node", "-e", script, *args], cwd=EXT, input=stdin, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def test_declared_node_versions_are_true(node_deps):
+    """package.json's engines.node is what every locked dependency accepts (npm's engine-strict,
+    set in .npmrc, makes `npm ci` refuse any other Node), and the Node running here is one."""
+    assert "engine-strict=true" in (EXT / ".npmrc").read_text().splitlines()
+    declared = manifest()["engines"]["node"]
+    out = node("""
+        const semver = require('semver');
+        const lock = require('./package-lock.json');
+        const [declared] = process.argv.slice(1);
+        const narrower = Object.entries(lock.packages)
+          .filter(([, p]) => p.engines && typeof p.engines.node === 'string' && !semver.subset(declared, p.engines.node))
+          .map(([name, p]) => `${name} wants ${p.engines.node}`);
+        console.log(JSON.stringify({ narrower, running: semver.satisfies(process.version, declared) }));
+    """, declared)
+    found = json.loads(out)
+    assert found["narrower"] == [], f"engines.node {declared!r} promises more than: {found['narrower']}"
+    assert found["running"], f"this Node is outside engines.node {declared!r}"
+
+
+def test_packages_as_vsix_with_one_bundled_file(node_deps, tmp_path):
     vsix = tmp_path / "specfill.vsix"
-    res = subprocess.run(["npx", "vsce", "package", "--skip-license", "-o", str(vsix)], cwd=EXT,
-                         capture_output=True, text=True, timeout=300)
+    res = npm("run", "package", "--", "-o", str(vsix))
     assert res.returncode == 0, res.stdout + res.stderr
     with zipfile.ZipFile(vsix) as z:
         names = set(z.namelist())
-        assert "extension/out/src/extension.js" in names
-        assert "extension/node_modules/vscode-languageclient/package.json" in names
-        own = [n for n in names if not n.startswith("extension/node_modules/")]
-        # Compiled code only: no sources, tests, e2e suite or source maps in the package.
-        assert not [n for n in own if n.startswith(("extension/src/", "extension/test/", "extension/out/test/",
-                                                    "extension/e2e/", "extension/scripts/"))
-                    or n.endswith((".ts", ".map"))], own
         packaged = json.loads(z.read("extension/package.json"))
+        bundle = z.read("extension/dist/extension.js").decode()
+    # esbuild bundles the extension and vscode-languageclient into dist/extension.js: no
+    # node_modules, sources, tests, e2e suite or source maps in the package.
+    assert packaged["main"] == "./dist/extension.js"
+    assert sorted(n for n in names if n.startswith("extension/")) == [
+        "extension/dist/extension.js", "extension/package.json", "extension/readme.md"], names
+    assert "textDocument/inlineCompletion" in bundle   # vscode-languageclient is inside
+    # Everything the bundle still requires at run time is VS Code itself or part of Node.
+    required = json.loads(node("""
+        const { builtinModules } = require('node:module');
+        const text = require('node:fs').readFileSync(0, 'utf8');
+        const names = [...new Set([...text.matchAll(/require\\(["']([^"']+)["']\\)/g)].map((m) => m[1]))];
+        console.log(JSON.stringify(names.filter((n) => n !== 'vscode' && !builtinModules.includes(n.replace(/^node:/, '')))));
+    """, stdin=bundle))
+    assert required == [], required
     assert packaged["contributes"]["configuration"] == manifest()["contributes"]["configuration"]
     assert {c["command"] for c in packaged["contributes"]["commands"]} == {
-        "specfill.showStats", "specfill.restartServer", "specfill.reloadModels"}
+        "specfill.showStats", "specfill.restartServer", "specfill.reloadModels", "specfill.showLog"}
+

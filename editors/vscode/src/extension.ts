@@ -1,6 +1,8 @@
 // specfill for VS Code: starts `specfill serve` with vscode-languageclient (whose built-in
 // inline completion feature draws the ghost text), keeps the server's settings in sync,
 // and shows loading progress, latency and acceptance in the status bar.
+import { ChildProcess, spawn } from 'node:child_process';
+import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import {
   ExecuteCommandRequest,
@@ -8,7 +10,6 @@ import {
   LanguageClientOptions,
   ServerOptions,
   StaticFeature,
-  TransportKind,
   WorkDoneProgress,
   WorkDoneProgressCreateRequest,
   DidChangeConfigurationNotification,
@@ -22,7 +23,9 @@ import {
   toServerSettings,
 } from './settings';
 import { SERVER_COMMANDS } from './serverCommands';
-import { StatusState, initialStatus, statusText } from './status';
+import { SHOW_LOG, SHOW_STATS, StatusState, initialStatus, statusText } from './status';
+import { SETTLE_MS, ShownCounter, suggestionIdentity } from './shown';
+import { LogLevel, StderrLevels } from './serverLog';
 
 const ACCEPTED = 'specfill.internal.accepted';
 
@@ -31,6 +34,7 @@ let specs: Map<string, PropertySpec>;
 let status: StatusState = initialStatus();
 let statusItem: vscode.StatusBarItem;
 let output: vscode.LogOutputChannel;
+let shownCounter = new ShownCounter();
 
 function config(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration('specfill');
@@ -41,9 +45,10 @@ function serverSettings(scope?: vscode.Uri): Record<string, unknown> {
 }
 
 function render(): void {
-  const { text, tooltip } = statusText(status);
+  const { text, tooltip, command } = statusText(status);
   statusItem.text = text;
   statusItem.tooltip = tooltip;
+  statusItem.command = command;
 }
 
 function setStatus(changes: Partial<StatusState>): void {
@@ -81,12 +86,50 @@ function progressFeature(c: LanguageClient): StaticFeature {
   };
 }
 
+/** Writes each stderr line to the output channel at its own level (vscode-languageclient's
+ *  default labels every stderr line [error]). */
+function pipeStderr(input: NodeJS.ReadableStream, channel: vscode.OutputChannel): void {
+  const levels = new StderrLevels();
+  const log = channel as vscode.LogOutputChannel;
+  readline
+    .createInterface({ input, crlfDelay: Infinity, terminal: false, historySize: 0 })
+    .on('line', (line: string) => {
+      const level: LogLevel = levels.level(line);
+      log[level](line);
+    });
+}
+
+/** Starts the server process ourselves (not through vscode-languageclient's Executable), so its
+ *  exit code reaches the status bar. Resolves once the process has spawned. */
+function startServer(c: () => LanguageClient | undefined, processes: { current?: ChildProcess }): ServerOptions {
+  return () =>
+    new Promise<ChildProcess>((resolve, reject) => {
+      const { command, args } = serverCommand(config());
+      output.info(`starting the server: ${[command, ...args].join(' ')}`);
+      const proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+      processes.current = proc;
+      proc.once('error', (err) => {
+        output.error(`could not start "${command}": ${err.message}; set specfill.server.command`);
+        reject(new Error(`could not start "${command}" (${(err as NodeJS.ErrnoException).code ?? err.message})`));
+      });
+      proc.once('spawn', () => resolve(proc));
+      proc.once('exit', (code, signal) => {
+        const how = code !== null ? `code ${code}` : `signal ${signal}`;
+        const normal = code === 0 || (c() === undefined && signal !== null);
+        output[normal ? 'info' : 'error'](`server exited (${how})`);
+        if (!normal && c() !== undefined && processes.current === proc) {
+          setStatus({ phase: 'error', message: `server exited (${how})` });
+        }
+      });
+    });
+}
+
 function createClient(): LanguageClient {
-  const { command, args } = serverCommand(config());
-  const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
+  const processes: { current?: ChildProcess } = {};
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     outputChannel: output,
+    stdioOptions: { stdout: () => {}, stderr: pipeStderr },
     initializationOptions: serverSettings(),
     middleware: {
       workspace: {
@@ -105,33 +148,51 @@ function createClient(): LanguageClient {
         },
       },
       provideInlineCompletionItems: async (document, position, context, token, next) => {
+        const key = document.uri.toString();
+        const ticket = shownCounter.request(key);
+        const version = document.version;
         const started = Date.now();
         const result = await next(document, position, context, token);
         if (token.isCancellationRequested) {
           return result;
         }
         const items = Array.isArray(result) ? result : result?.items ?? [];
-        const shown = items.filter((item) => String(typeof item.insertText === 'string' ? item.insertText : item.insertText.value).trim() !== '');
-        for (const item of shown) {
+        const texts = items.map((item) => (typeof item.insertText === 'string' ? item.insertText : item.insertText.value));
+        const offered = items.filter((_, i) => texts[i].trim() !== '');
+        for (const item of offered) {
           item.command = item.command ?? { title: 'specfill: accepted', command: ACCEPTED };
         }
         setStatus({
           phase: status.phase === 'loading' ? 'loading' : config().get('enable') === false ? 'disabled' : 'ready',
           lastLatencyMs: Date.now() - started,
-          shown: status.shown + (shown.length > 0 ? 1 : 0),
         });
+        if (offered.length > 0) {
+          // VS Code shows the first item; it counts as shown once it has stayed current.
+          const before = document.lineAt(position.line).text.slice(0, position.character);
+          const identity = suggestionIdentity(position.line, before, texts[items.indexOf(offered[0])]);
+          setTimeout(() => {
+            if (!token.isCancellationRequested && document.version === version && shownCounter.settle(key, ticket, identity)) {
+              setStatus({ shown: shownCounter.shown });
+            }
+          }, SETTLE_MS);
+        }
         return result;
       },
     },
   };
-  const c = new LanguageClient('specfill', 'specfill', serverOptions, clientOptions);
+  const current = (): LanguageClient | undefined => (client === c ? c : undefined);
+  const c: LanguageClient = new LanguageClient('specfill', 'specfill', startServer(current, processes), clientOptions);
+  serverProcesses.set(c, processes);
   c.registerFeature(progressFeature(c));
   c.onDidChangeState((e) => {
     if (c !== client) {
       return; // a client being replaced by a restart
     }
     if (e.newState === State.Stopped) {
-      setStatus({ phase: 'stopped' });
+      // An exit with an error code already put it in the status bar; keep that.
+      if (status.phase !== 'error') {
+        setStatus({ phase: 'stopped' });
+      }
     } else if (e.newState === State.Starting) {
       setStatus({ phase: 'starting' });
     }
@@ -148,13 +209,14 @@ async function startClient(): Promise<void> {
       setStatus({ phase: 'disabled' });
     }
   } catch (err) {
-    const { command } = serverCommand(config());
-    setStatus({
-      phase: 'error',
-      message: `could not start "${command}" (${String(err)}); set specfill.server.command`,
-    });
+    output.error(`the server did not start: ${err instanceof Error ? err.message : String(err)}`);
+    if (status.phase !== 'error') {
+      setStatus({ phase: 'error', message: err instanceof Error ? err.message : String(err) });
+    }
   }
 }
+
+const serverProcesses = new WeakMap<LanguageClient, { current?: ChildProcess }>();
 
 async function stopClient(): Promise<void> {
   const c = client;
@@ -166,12 +228,18 @@ async function stopClient(): Promise<void> {
       // already stopped or never started
     }
     await c.dispose();
+    // The server exits on LSP `exit`; one that does not is ended here.
+    const proc = serverProcesses.get(c)?.current;
+    if (proc && proc.exitCode === null && proc.signalCode === null) {
+      proc.kill();
+    }
   }
 }
 
 async function restartServer(): Promise<void> {
   await stopClient();
   status = initialStatus();
+  shownCounter = new ShownCounter();
   await startClient();
 }
 
@@ -202,14 +270,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   output = vscode.window.createOutputChannel('specfill', { log: true });
   statusItem = vscode.window.createStatusBarItem('specfill.status', vscode.StatusBarAlignment.Right, 100);
   statusItem.name = 'specfill';
-  statusItem.command = 'specfill.showStats';
   render();
   statusItem.show();
 
   context.subscriptions.push(
     output,
     statusItem,
-    vscode.commands.registerCommand('specfill.showStats', showStats),
+    vscode.commands.registerCommand(SHOW_STATS, showStats),
+    vscode.commands.registerCommand(SHOW_LOG, () => output.show(true)),
     vscode.commands.registerCommand('specfill.restartServer', restartServer),
     vscode.commands.registerCommand('specfill.reloadModels', async () => {
       try {
@@ -219,6 +287,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     vscode.commands.registerCommand(ACCEPTED, () => setStatus({ accepted: status.accepted + 1 })),
+    vscode.workspace.onDidCloseTextDocument((doc) => shownCounter.forget(doc.uri.toString())),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       const change = classifyChange((section) => e.affectsConfiguration(section), specs);
       output.info(`configuration changed: ${JSON.stringify(change)}`);

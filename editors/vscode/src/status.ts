@@ -7,7 +7,7 @@ export interface StatusState {
   percentage?: number; // model loading progress, 0..100
   message?: string; // progress message or error
   lastLatencyMs?: number; // round trip of the last answered inline completion request
-  shown: number; // suggestions received with text
+  shown: number; // suggestions VS Code showed (see shown.ts for what counts)
   accepted: number; // suggestions accepted (Tab)
 }
 
@@ -20,7 +20,15 @@ export function acceptanceRate(s: StatusState): number | undefined {
   return s.shown > 0 ? Math.round((100 * s.accepted) / s.shown) : undefined;
 }
 
-export function statusText(s: StatusState): { text: string; tooltip: string } {
+/** What clicking the item does: the log when the server is not running, else the stats. */
+export const SHOW_STATS = 'specfill.showStats';
+export const SHOW_LOG = 'specfill.showLog';
+
+export function statusText(s: StatusState): { text: string; tooltip: string; command: string } {
+  return { ...statusLabel(s), command: s.phase === 'error' || s.phase === 'stopped' ? SHOW_LOG : SHOW_STATS };
+}
+
+function statusLabel(s: StatusState): { text: string; tooltip: string } {
   switch (s.phase) {
     case 'starting':
       return { text: '$(loading~spin) specfill', tooltip: 'specfill: starting the server' };
@@ -34,9 +42,12 @@ export function statusText(s: StatusState): { text: string; tooltip: string } {
     case 'disabled':
       return { text: '$(circle-slash) specfill', tooltip: 'specfill: disabled (specfill.enable is off)' };
     case 'error':
-      return { text: '$(error) specfill', tooltip: `specfill: ${s.message ?? 'error'}` };
+      return {
+        text: `$(error) specfill error: ${s.message ?? 'unknown'}`,
+        tooltip: `specfill error: ${s.message ?? 'unknown'}. Click to see the log; run "specfill: Restart Server" to try again`,
+      };
     case 'stopped':
-      return { text: '$(debug-stop) specfill', tooltip: 'specfill: server stopped. Click to show stats; run "specfill: Restart Server" to start it' };
+      return { text: '$(debug-stop) specfill', tooltip: 'specfill: server stopped. Click to see the log; run "specfill: Restart Server" to start it' };
     case 'ready': {
       const parts: string[] = [];
       const tips = ['specfill: ready'];

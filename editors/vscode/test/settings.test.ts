@@ -102,4 +102,13 @@ test('status bar text follows loading, ready, latency and acceptance', () => {
   assert.equal(ready.text, '$(check) specfill 37 ms · 25% accepted');
   assert.match(ready.tooltip, /accepted 1 of 4/);
   assert.match(statusText({ ...s, phase: 'error', message: 'could not start "x"' }).tooltip, /could not start/);
+  assert.equal(statusText(s).command, 'specfill.showStats');
+});
+
+test('a server that exits says so with its code, and a click shows the log', () => {
+  const s = { ...initialStatus(), phase: 'error' as const, message: 'server exited (code 2)' };
+  assert.equal(statusText(s).text, '$(error) specfill error: server exited (code 2)');
+  assert.match(statusText(s).tooltip, /see the log/);
+  assert.equal(statusText(s).command, 'specfill.showLog');
+  assert.equal(statusText({ ...s, phase: 'stopped' }).command, 'specfill.showLog');
 });

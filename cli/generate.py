@@ -10,6 +10,8 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from lsp.arguments import EXIT_USAGE, OneLineParser, number
+
 if TYPE_CHECKING:
     from engine import LoadedModel
 
@@ -39,43 +41,42 @@ def _device(value: str) -> str:
 def generate_main(argv: list[str]) -> int:
     from engine.settings import DEVICES, DRAFT_CONTROLS, DTYPES   # the limits and lists live with the engine's settings
 
-    p = argparse.ArgumentParser(prog="specfill generate",
+    p = OneLineParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
     p.add_argument("--target", default="default", help="hub id, local dir, or 'default'")
     p.add_argument("--draft", default="default", help="hub id, local dir, 'default', 'ngram' or 'none'")
     p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=number(int, 1), default=64)
     p.add_argument("--draft-length", type=_draft_length, default="auto", help="'auto' or a number of tokens")
     p.add_argument("--draft-control", default="cost", choices=DRAFT_CONTROLS,
                    help="how --draft-length auto decides: cost (measured tokens/ms) or heuristic (+2/-1)")
     p.add_argument("--no-lookup", action="store_true", help="no prompt lookup beside the draft model")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=number(float, 0), default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=number(int, 0), default=0, help="0 = off")
+    p.add_argument("--top-p", type=number(float, 0, 1, low_open=True), default=1.0, help="1 = off")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default="auto", type=_device, help=f"{', '.join(DEVICES)} or cuda:N")
     p.add_argument("--dtype", default="auto", choices=DTYPES)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = auto: half the cores)")
+    p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object {text, stats}")
     args = p.parse_args(argv)
-    if args.max_new_tokens < 1:
-        p.error("--max-new-tokens must be at least 1")
+
+    try:   # before the engine (and torch) loads: a bad file fails at once
+        prompt = sys.stdin.read() if args.prompt_file == "-" else open(args.prompt_file, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        print(f"{p.prog}: cannot read prompt file {args.prompt_file!r}: {e}", file=sys.stderr)
+        return EXIT_USAGE
 
     from engine import Engine, EngineConfig, GenerationSettings, ModelLoadError
 
-    try:
-        prompt = sys.stdin.read() if args.prompt_file == "-" else open(args.prompt_file, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"specfill: cannot read prompt file {args.prompt_file!r}: {e}", file=sys.stderr)
-        return 2
     try:
         engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
                                      dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                                      threads=args.threads, lookup=not args.no_lookup))
     except ModelLoadError as e:
-        print(f"specfill: {e}", file=sys.stderr)
-        return 2
+        print(f"{p.prog}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     target_ids = encode_prompt(engine.target, prompt)
     draft_ids = encode_prompt(engine.draft, prompt) if engine.draft is not None else None
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
@@ -84,8 +85,8 @@ def generate_main(argv: list[str]) -> int:
     try:
         result = engine.generate(target_ids, draft_ids, settings)
     except ValueError as e:
-        print(f"specfill: {e}", file=sys.stderr)
-        return 2
+        print(f"{p.prog}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         print(json.dumps({"text": result.text, "stop_reason": result.stop_reason,
                           "stats": result.stats.as_dict()}))

@@ -10,6 +10,7 @@ from typing import Callable
 
 from bench.replay import main as bench_main
 from cli.generate import generate_main
+from lsp.arguments import EXIT_USAGE, version_line
 from lsp.cli import complete_main, serve_main
 
 COMMANDS: dict[str, Callable[[list[str]], int | None]] = {
@@ -20,18 +21,30 @@ COMMANDS: dict[str, Callable[[list[str]], int | None]] = {
 }
 
 USAGE = """usage: specfill {generate,complete,serve,bench} [options]
+       specfill --version | --help
   generate  continue a prompt file (speculative decoding)
   complete  ghost text for FILE:LINE:COL, as the editor would get it
   serve     language server (stdio, or --tcp HOST:PORT)
-  bench     keystroke-replay latency benchmark"""
+  bench     keystroke-replay latency benchmark
+Run specfill COMMAND --help for a command's options."""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in COMMANDS:
-        print(USAGE, file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    return COMMANDS[argv[0]](argv[1:]) or 0
+    first = argv[0] if argv else None
+    if first in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if first in ("-V", "--version"):
+        print(version_line())
+        return 0
+    if first not in COMMANDS:
+        # One line, as for every other command-line error.
+        what = f"unknown command {first!r}" if first is not None else "missing command"
+        print(f"specfill: {what} (one of {', '.join(COMMANDS)}; see specfill --help)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    return COMMANDS[first](argv[1:]) or 0
 
 
 if __name__ == "__main__":

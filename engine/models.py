@@ -4,8 +4,10 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -82,6 +84,38 @@ def _one_line(e: BaseException) -> str:
     return (text[:300] + "...") if len(text) > 300 else text or type(e).__name__
 
 
+HUB_PROBE_TIMEOUT_S = 3.0   # one connection attempt; the hub client's own retries take ~30 s
+
+
+def hub_reachable(endpoint: str) -> str | None:
+    """None when a TCP connection to the hub's host opens, else why it does not."""
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        return _one_line(e)
+    return None
+
+
+def hub_files_only(name: str, role: str) -> bool:
+    """For a hub id: True (load offline) when its config is in the local cache; False (may
+    download) when it is not but the hub answers. Otherwise fail at once with one line, instead
+    of the hub client's offline retries."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return True
+    where = f"not in the local Hugging Face cache ({constants.HF_HUB_CACHE})"
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        raise ModelLoadError(f"{role} model {name!r}: {where} and HF_HUB_OFFLINE is set")
+    unreachable = hub_reachable(constants.ENDPOINT)
+    if unreachable:
+        raise ModelLoadError(f"{role} model {name!r}: {where} and {constants.ENDPOINT} "
+                             f"cannot be reached ({unreachable})")
+    return False
+
+
 def load_model(name: str, role: str = "target", device: str = "auto", dtype: str = "auto",
                trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
     """Load a causal LM + tokenizer. Local directories load offline; a missing model, a model
@@ -98,7 +132,7 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
         raise ModelLoadError(f"{role} model {name!r}: no such directory")
     dev = pick_device(device)
     torch_dtype = pick_dtype(dtype, dev)
-    local = os.path.isdir(path)
+    local = os.path.isdir(path) or hub_files_only(path, role)
     kw = dict(trust_remote_code=trust_remote_code, local_files_only=local)
     try:
         config = AutoConfig.from_pretrained(path, **kw)

@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from lsp.arguments import EXIT_USAGE, OneLineParser, VersionAction
+
 
 def protect_stdout():
     """Keep the real stdout for the protocol and point fd 1 (and sys.stdout) at stderr, so a
@@ -20,9 +22,20 @@ def protect_stdout():
     return wire
 
 
-def setup_logging(level: str, force: bool = False) -> None:
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, level.upper()), force=force,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+CLIENT_LOG_FORMAT = "%(name)s: %(message)s"   # the client has the level (message type) and time
+
+
+def setup_logging(level: str, force: bool = False, to_client: bool = False) -> None:
+    """Log to stderr; with `to_client`, to the LSP client once it connects (lsp/client_log.py)."""
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler = stderr
+    if to_client:
+        from lsp.client_log import ClientLogHandler   # pulls in pygls, not torch
+        handler = ClientLogHandler(stderr)
+        handler.setFormatter(logging.Formatter(CLIENT_LOG_FORMAT))
+    logging.basicConfig(level=getattr(logging, level.upper()), force=force, handlers=[handler])
     if level.upper() != "DEBUG":
         # pygls logs every message it sends at INFO (whole documents included).
         logging.getLogger("pygls").setLevel(logging.WARNING)
@@ -36,26 +49,29 @@ def parse_tcp(value: str) -> tuple[str, int]:
     try:
         port_no = int(port)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--tcp wants HOST:PORT, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}") from None
     if not 0 < port_no < 65536:
         raise argparse.ArgumentTypeError(f"port out of range: {port_no}")
     return host, port_no
 
 
 def serve_main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specfill serve",
+    parser = OneLineParser(prog="specfill serve",
                                      description="Run the specfill language server (stdio by default).")
     parser.add_argument("--tcp", type=parse_tcp, metavar="HOST:PORT",
                         help="listen on TCP instead of stdio (host defaults to 127.0.0.1)")
     parser.add_argument("--stdio", action="store_true", help="use stdio (the default)")
     parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"], help="stderr log level")
+                        choices=["debug", "info", "warning", "error"],
+                        help="log level (to the client as window/logMessage once connected)")
+    parser.add_argument("--version", action=VersionAction)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
     wire = None if args.tcp else protect_stdout()
-    setup_logging(args.log_level, force=True)   # the server owns this process's logging
+    setup_logging(args.log_level, force=True, to_client=True)   # the server owns this process's logging
 
     # After the redirect: this pulls in pygls, and the settings table pulls in torch.
+    from lsp.client_log import disconnect
     from lsp.pygls_compat import shutdown_requested
     from lsp.server import server, stop_work
     log = logging.getLogger("specfill.serve")
@@ -69,6 +85,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, SystemExit):  # `exit` notification over TCP ends in SystemExit
         pass
     finally:
+        disconnect()
         stop_work(server)
     code = 0 if shutdown_requested(server) else 1   # LSP: exit without shutdown -> 1
     log.info("server stopped (exit code %d)", code)
@@ -88,10 +105,15 @@ def parse_location(value: str) -> tuple[str, int, int]:
     return path2, int(line), int(rest)
 
 
+def _refuse(message: str) -> int:
+    print(f"specfill complete: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def complete_main(argv: list[str] | None = None) -> int:
     from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="specfill complete",
         description="Complete FILE at LINE:COL (1-based; COL counts characters) with the same "
                     "pipeline as the language server and print the ghost text.")
@@ -105,7 +127,7 @@ def complete_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", help="dtype, e.g. auto or float32")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="any other setting, e.g. --set prefixTokens=512 (repeatable); "
-                             "`python -m lsp.settings --markdown` lists them")
+                             "python -m lsp.settings --markdown lists them")
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--json", action="store_true", help='print {"text": ..., "stats": {...}}')
     parser.add_argument("--log-level", default="warning",
@@ -132,8 +154,7 @@ def complete_main(argv: list[str] | None = None) -> int:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        print(f"specfill complete: cannot read {path}: {exc.strerror}", file=sys.stderr)
-        return 2
+        return _refuse(f"cannot read {path}: {exc.strerror}")
     text = data.decode("utf-8", errors="replace")
 
     from lsp.positions import split_lines
@@ -141,14 +162,16 @@ def complete_main(argv: list[str] | None = None) -> int:
     lines = split_lines(text)
     last_line_open = not lines or lines[-1].endswith(("\n", "\r"))
     if line - 1 > len(lines) or (line - 1 == len(lines) and not last_line_open):
-        print(f"specfill complete: {path} has {len(lines)} lines, asked for line {line}",
-              file=sys.stderr)
-        return 2
+        return _refuse(f"{path} has {len(lines)} lines, asked for line {line}")
     content = lines[line - 1].rstrip("\r\n") if line - 1 < len(lines) else ""
     if col - 1 > len(content):
-        print(f"specfill complete: line {line} of {path} has {len(content)} characters, "
-              f"asked for column {col}", file=sys.stderr)
-        return 2
+        return _refuse(f"line {line} of {path} has {len(content)} characters, asked for column {col}")
+
+    from completion.context import parse_document
+    try:   # the pipeline's own input checks (binary text, size), before seconds of model loading
+        parse_document(text, line - 1, col - 1)
+    except ValueError as exc:
+        return _refuse(str(exc))
 
     from lsp import backend
 
@@ -156,8 +179,7 @@ def complete_main(argv: list[str] | None = None) -> int:
         loaded = backend.load_backend(settings)
     except Exception as exc:
         if backend.is_model_load_error(exc):
-            print(f"specfill complete: {exc}", file=sys.stderr)
-            return 2
+            return _refuse(str(exc))
         raise
     import threading
 
@@ -165,9 +187,8 @@ def complete_main(argv: list[str] | None = None) -> int:
     try:
         completion = loaded.pipeline.complete(request, backend.completion_options(settings),
                                               cancel=threading.Event())
-    except ValueError as exc:   # the pipeline refusing the input, e.g. a binary file
-        print(f"specfill complete: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:   # the pipeline refusing the input
+        return _refuse(str(exc))
     ghost = completion.text if completion is not None else ""
     if args.json:
         stats = dict(completion.stats) if completion is not None else {}

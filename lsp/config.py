@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types
 
 from lsp.loading import ensure_models
-from lsp.notify import log_to_client, show
+from lsp.notify import show
 from lsp.settings import SettingsError, parse_settings, unknown_keys
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
         return False
     extra = unknown_keys(raw)
     if extra:
-        log_to_client(ls, f"ignoring unknown settings from {source}: {', '.join(extra)}",
-                      types.MessageType.Warning)
+        log.warning("ignoring unknown settings from %s: %s", source, ", ".join(extra))
     state.settings = new
     state.settings_version += 1
     log.info("settings v%d from %s: %s", state.settings_version, source, new)

@@ -12,7 +12,7 @@ from lsprotocol import types
 
 from lsp import backend
 from lsp.documents import note_open_documents
-from lsp.notify import client_supports, log_to_client, show
+from lsp.notify import client_supports, show
 from lsp.settings import MODEL_KEYS, Settings
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     state.stats.loads += 1
     state.stats.last_load_ms = round(ms, 1)
     _end_progress(ls, token, f"ready ({ms:.0f} ms)")
-    log_to_client(ls, f"loaded {what} in {ms:.0f} ms")
+    log.info("loaded %s in %.0f ms", what, ms)
     note_open_documents(ls)
 
 

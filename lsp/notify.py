@@ -1,4 +1,5 @@
-"""Telling the user: pop-ups for what needs action, the LSP log for the rest, stderr always."""
+"""Telling the user: pop-ups for what needs action. Everything logged also reaches the client's
+log as window/logMessage with its level (lsp/client_log.py)."""
 from __future__ import annotations
 
 import logging
@@ -12,21 +13,12 @@ log = logging.getLogger("specfill.server")
 
 
 def show(ls: LanguageServer, message: str, kind=types.MessageType.Error) -> None:
-    """window/showMessage (and stderr)."""
+    """window/showMessage (and the log)."""
     log.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, "%s", message)
     try:
         ls.window_show_message(types.ShowMessageParams(type=kind, message=f"specfill: {message}"))
     except Exception:  # client gone
         log.debug("could not send showMessage", exc_info=True)
-
-
-def log_to_client(ls: LanguageServer, message: str, kind=types.MessageType.Info) -> None:
-    """window/logMessage (and stderr)."""
-    log.info("%s", message)
-    try:
-        ls.window_log_message(types.LogMessageParams(type=kind, message=f"specfill: {message}"))
-    except Exception:
-        log.debug("could not send logMessage", exc_info=True)
 
 
 def client_supports(ls: LanguageServer, *path: str) -> bool:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from lsp import backend, commands
+from lsp import backend, client_log, commands
+from lsp.arguments import SPECFILL_VERSION
 from lsp.config import apply_settings, on_pushed_settings, pull_settings
 from lsp.documents import SpecfillProtocol, document_key
 from lsp.loading import ensure_models
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("specfill.server")
 
-VERSION = "0.1.0"
+VERSION = SPECFILL_VERSION   # the installed package's version, as `specfill --version` prints
 CONFIG_PULL_WAIT_S = 3.0   # how long startup waits for workspace/configuration before loading
 
 
@@ -171,6 +172,7 @@ server = SpecfillServer()
 
 @server.feature(types.INITIALIZE)
 def on_initialize(ls: SpecfillServer, params: types.InitializeParams) -> None:
+    client_log.connect(ls)   # from now on the log goes to the client, with its levels
     # Swap in a workspace whose documents split lines as LSP clients do.
     replace_workspace(ls, LspWorkspace)
     apply_settings(ls, params.initialization_options, "initializationOptions")

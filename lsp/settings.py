@@ -13,6 +13,7 @@ and enforces them.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -34,9 +35,11 @@ MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode",
 class SettingsError(ValueError):
     """An invalid setting value: the message names the setting, the value and what is allowed."""
 
-    def __init__(self, name: str, value: Any, allowed: str):
+    def __init__(self, name: str, value: Any, allowed: str, message: str | None = None):
         self.name, self.value, self.allowed = name, value, allowed
-        super().__init__(f"invalid value for specfill.{name}: {value!r} (allowed: {allowed})")
+        # `allowed` is markdown (the README table); messages are plain text.
+        super().__init__(message or f"invalid value for specfill.{name}: {value!r} "
+                                    f"(allowed: {allowed.replace('`', '')})")
 
 
 def _quoted(names) -> str:
@@ -268,8 +271,12 @@ def parse_assignment(item: str) -> tuple[str, Any]:
     its validated value. Raises SettingsError for an unknown name or a bad value."""
     name, eq, value = item.partition("=")
     name = name.strip()
-    if not eq or name not in FIELDS:
-        raise SettingsError(name or item, item, f"NAME=VALUE with NAME one of {', '.join(FIELDS)}")
+    if not eq or not name:
+        raise SettingsError(item, item, "NAME=VALUE", f"expected NAME=VALUE, got {item!r}")
+    if name not in FIELDS:
+        close = difflib.get_close_matches(name, FIELDS, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(FIELDS)}"
+        raise SettingsError(name, item, "a setting name", f"unknown setting {name!r} ({hint})")
     return name, _check_value(name, value)
 
 

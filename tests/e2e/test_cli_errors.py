@@ -1,0 +1,125 @@
+"""The `specfill` command line's errors: each is exactly one line on stderr, plain text, exit code
+2, nothing on stdout; and the two checks that come before any model loads (binary input, a hub
+id that is not cached) answer without loading one."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cli.main import main
+from lsp.arguments import SPECFILL_VERSION
+from tests.e2e.lsp_helpers import ROOT, SERVER_ENV
+
+pytestmark = pytest.mark.timeout(300)
+
+SPECFILL = [sys.executable, "-m", "cli"]   # what the `specfill` script runs
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*SPECFILL, *args], capture_output=True, text=True,
+                          env={**SERVER_ENV, **(env or {})}, cwd=ROOT, timeout=240)
+
+
+def in_process(args: list[str], capsys) -> tuple[int, str, str]:
+    """`specfill ARGS` in this process: exit code, stdout, stderr."""
+    try:
+        code = main(args)
+    except SystemExit as exit_:   # argparse exits
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, out: str, err: str, *expected: str) -> None:
+    assert code == 2, (code, err)
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, f"not one line:\n{err}"
+    assert "`" not in err and "usage:" not in err, err
+    for part in expected:
+        assert part in err, err
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "ok.py"
+    path.write_text("x = 1\n")
+    return path
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["bogus"], ["unknown command 'bogus'", "generate, complete, serve, bench"]),
+    ([], ["missing command"]),
+    (["complete", "{src}:x:1"], ["expected FILE:LINE:COL"]),
+    (["complete", "{src}:0:1"], ["1-based"]),
+    (["complete", "{src}"], ["FILE:LINE:COL"]),
+    (["complete", "{src}:1:1", "--set", "draftLenght=3"], ["unknown setting 'draftLenght'", "did you mean draftLength?"]),
+    (["complete", "{src}:1:1", "--set", "maxNewTokens"], ["expected NAME=VALUE"]),
+    (["complete", "{src}:1:1", "--set", "maxNewTokens=lots"], ["specfill.maxNewTokens", "'lots'", "1-1024"]),
+    (["complete", "{src}:1:1", "--draft-length", "40"], ["draftLength", "1-16"]),
+    (["complete", "{src}:1:1", "--multiline", "sometimes"], ["multiline", "auto, always, never"]),
+    (["complete", "{src}:1:1", "--device", "tpu"], ["device", "cuda:N"]),
+    (["complete", "{src}:1:1", "--log-level", "loud"], ["invalid choice: 'loud'"]),
+    (["complete", "{src}:9:1"], ["has 1 lines, asked for line 9"]),
+    (["complete", "{src}:1:50"], ["asked for column 50"]),
+    (["complete", "/no/such/file.py:1:1"], ["cannot read /no/such/file.py"]),
+    (["generate", "--prompt-file", "{src}", "--temperature", "-1"], ["--temperature", "at least 0"]),
+    (["generate", "--prompt-file", "{src}", "--top-p", "0"], ["--top-p"]),
+    (["generate", "--prompt-file", "{src}", "--top-k", "-3"], ["--top-k"]),
+    (["generate", "--prompt-file", "{src}", "--max-new-tokens", "0"], ["--max-new-tokens", "at least 1"]),
+    (["generate", "--prompt-file", "{src}", "--draft-length", "99"], ["1-16"]),
+    (["generate", "--prompt-file", "{src}", "--dtype", "int3"], ["invalid choice: 'int3'"]),
+    (["generate", "--prompt-file", "{src}", "--device", "tpu"], ["cuda:N"]),
+    (["generate", "--prompt-file", "/no/such/prompt"], ["cannot read prompt file"]),
+    (["generate"], ["--prompt-file"]),
+    (["serve", "--tcp", "x:y"], ["expected HOST:PORT"]),
+    (["serve", "--tcp", "host:70000"], ["port out of range"]),
+    (["serve", "--bogus"], ["unrecognized arguments: --bogus"]),
+])
+def test_each_command_line_error_is_one_line_with_exit_code_2(args, expected, source, capsys):
+    args = [a.replace("{src}", str(source)) for a in args]
+    assert_one_line_error(*in_process(args, capsys), *expected)
+
+
+def test_version_and_help_go_to_stdout(capsys):
+    for args in (["--version"], ["serve", "--version"]):
+        code, out, err = in_process(args, capsys)
+        assert code == 0 and err == ""
+        assert out.startswith(f"specfill {SPECFILL_VERSION} (Python ") and "torch " in out
+        assert out.count("\n") == 1
+    code, out, err = in_process(["--help"], capsys)
+    assert code == 0 and err == "" and "generate" in out and "--version" in out
+    code, out, err = in_process(["complete", "--help"], capsys)
+    assert code == 0 and err == "" and "FILE:LINE:COL" in out
+
+
+def test_the_installed_command_answers_the_same(source):
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout.startswith(f"specfill {SPECFILL_VERSION} ")
+    done = run("bogus")
+    assert_one_line_error(done.returncode, done.stdout, done.stderr, "unknown command 'bogus'")
+    done = run("generate", "--prompt-file", str(source), "--temperature", "-1")
+    assert_one_line_error(done.returncode, done.stdout, done.stderr, "--temperature")
+
+
+def test_a_binary_file_is_refused_before_any_model_loads(tmp_path, capsys):
+    blob = tmp_path / "blob.py"
+    blob.write_bytes(b"abc\x00\xff\xfedef\n")
+    # A model that does not exist: reaching the load would print another error.
+    code, out, err = in_process(["complete", f"{blob}:1:2", "--target", "/no/such/model"], capsys)
+    assert_one_line_error(code, out, err, "binary")
+    assert "/no/such/model" not in err
+
+
+@pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],
+                         ids=["offline", "unreachable"])
+def test_an_uncached_hub_id_fails_at_once_with_one_line(tmp_path, env):
+    # An empty cache and no hub: one line naming the model and the cache, no retries.
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("def f():\n")
+    done = run("generate", "--target", "someorg/not-cached-model", "--draft", "none",
+               "--prompt-file", str(prompt), env={"HF_HOME": str(tmp_path / "hf"), **env})
+    assert_one_line_error(done.returncode, done.stdout, done.stderr,
+                          "'someorg/not-cached-model'", "not in the local Hugging Face cache")
+    assert "Retrying" not in done.stderr

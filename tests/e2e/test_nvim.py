@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from lsp.arguments import SPECFILL_VERSION
 from tests.scripts import load_script
 from tests.tiny_models import tiny_pair_dirs
 
@@ -270,12 +272,26 @@ def test_ghost_text_appears_while_typing_and_tab_accepts_it(nvim):
             10, "Tab to insert indentation")
     assert server_stats(nv)
 
-    # :SpecfillStats shows the server's figures (through vim.notify).
+    # :SpecfillStats shows a short summary (through vim.notify) ...
     nv.lua("_G.sf_notes = {}; vim.notify = function(msg) table.insert(_G.sf_notes, msg) end")
     nv.send("<Esc>:SpecfillStats<CR>")
     note = nv.wait("_G.sf_notes[1]", 30, ":SpecfillStats output")
-    assert note.startswith("specfill stats") and "pipeline" in note, note
-    assert re.search(r"client: shown [1-9]\d*, accepted [1-9]", note), note
+    lines = note.split("\n")
+    assert lines[0].startswith("specfill: ") and "+ draft " in lines[0], note
+    assert len(lines) <= 10, note
+    assert re.search(r"^  latency +p50 \d+ ms, p95 \d+ ms \(server, [1-9]\d* requests\)$", note, re.M), note
+    assert re.search(r"^  you accepted +\d+% \([1-9]\d* of [1-9]\d* suggestions shown here\)$", note, re.M), note
+    for label in ("draft accepted", "tokens/target", "decoded/shown", "KV reuse", "cache hits"):
+        assert re.search(rf"^  {label} +\d", note, re.M), (label, note)
+    assert "pendingRequests" not in note and "{" not in note
+    # ... and :SpecfillStats! every figure, in a buffer of its own.
+    nv.send(":SpecfillStats!<CR>")
+    nv.wait("vim.api.nvim_buf_get_name(0):match('specfill://stats$') ~= nil", 30, ":SpecfillStats! buffer")
+    full = nv.buffer()
+    nv.lua("vim.cmd('close')")
+    assert re.search(r"client: shown [1-9]\d*, accepted [1-9]", full), full
+    for key in ("pipeline", "decoded_per_shown_token", "server", "settings", "pendingRequests"):
+        assert key in full, key
 
 
 def test_non_ascii_text_before_the_cursor(nvim):
@@ -370,7 +386,9 @@ def test_accept_word_and_line_keep_the_rest(nvim):
 def test_checkhealth_finds_the_running_server(nvim):
     report = checkhealth(nvim)
     assert "OK server command: " in report, report
-    assert "OK server running (client " in report, report
+    # `cmd --version` ran: the version line of the server the plugin starts.
+    assert re.search(rf"OK server --version: specfill {re.escape(SPECFILL_VERSION)} \(Python ", report), report
+    assert re.search(r'OK server running \(client \d+, name "specfill"\): specfill: (ready|loading)', report), report
 
 
 def test_checkhealth_follows_the_configured_client_name(bare_editor):
@@ -378,6 +396,39 @@ def test_checkhealth_follows_the_configured_client_name(bare_editor):
     assert "setup() has not run" not in report, report
     assert f"OK server command: {sys.executable} -m lsp" in report, report
     assert "server not running" in report, report
+
+
+@pytest.fixture
+def broken_editor():
+    """A Neovim whose server command fails at once: the real server with a bad option."""
+    tmp = Path(tempfile.mkdtemp(prefix="sfnv"))
+    setup = {"cmd": [sys.executable, "-m", "lsp", "--log-level", "loud"]}
+    nv = Nvim(tmp, setup, "broken.py")
+    try:
+        yield nv
+    finally:
+        nv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_server_that_cannot_start_is_diagnosed(broken_editor):
+    nv = broken_editor
+    # The statusline says so (it stayed blank before) ...
+    line = nv.wait("require('specfill').statusline():find('exited') and require('specfill').statusline()",
+                   60, "the statusline to show the exit")
+    assert line == "specfill: error: server exited (code 2), see :SpecfillLog"
+    # ... :SpecfillLog shows what the server wrote to stderr and how it ended ...
+    nv.lua("vim.cmd('SpecfillLog')")
+    log = nv.buffer()
+    assert nv.lua("return vim.api.nvim_buf_get_name(0)").endswith("specfill://log")
+    nv.lua("vim.cmd('close')")
+    assert "ERROR server exited with code 2" in log, log
+    assert "specfill serve: argument --log-level: invalid choice: 'loud'" in log, log
+    # ... and :checkhealth runs `cmd --version` and shows its error.
+    report = checkhealth(nv)
+    assert (f"ERROR server command fails ({sys.executable} -m lsp --log-level loud --version): "
+            "exit code 2: specfill serve: argument --log-level: invalid choice: 'loud'") in report, report
+    assert "server exited (code 2), see :SpecfillLog" in report, report
 
 
 def test_builtin_renderer_needs_vim_lsp_inline_completion(bare_editor):
@@ -399,3 +450,138 @@ def test_config_lua_lists_every_server_setting_with_its_default():
     # And config.lua is what sync_settings.py writes from the server's table now.
     assert config_lua == sync.with_settings_comment(config_lua, schema), (
         "config.lua is stale: run python editors/nvim/scripts/sync_settings.py")
+
+
+def test_specfill_log_shows_the_server_messages_with_their_levels(nvim):
+    nv = nvim
+    nv.wait("require('specfill').statusline():match('^specfill: ready') ~= nil", WAIT_MODEL_S, "models loaded")
+    nv.lua("vim.cmd('SpecfillLog')")
+    log = nv.buffer()
+    nv.lua("vim.cmd('close')")
+    messages, _, stderr = log.partition("\nserver stderr (")
+    # window/logMessage at its level (INFO), not an ERROR line of stderr in lsp.log.
+    assert re.search(r"^\d\d:\d\d:\d\d INFO  specfill\.loading: loaded ", messages, re.M), log
+    assert "specfill.loading: loaded" not in stderr, log
+
+
+# ---------------------------------------------------------------------- the screen, in tmux
+
+TMUX = shutil.which("tmux")
+GHOST_GREY = {"gui": "38;2;128;128;128", "cterm": "38;5;244"}   # SpecfillGhost's fg in each mode
+SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+
+
+class TmuxNvim(Nvim):
+    """Neovim on a real terminal (a tmux pane; tmux-256color, which has italics), still driven
+    over its socket."""
+
+    def __init__(self, workdir: Path, setup_opts: dict, file_name: str):
+        self.session = f"specfill-{os.getpid()}-{workdir.name}"
+        self.dir = workdir
+        self.sock = str(workdir / "nvim.sock")
+        init = workdir / "init.lua"
+        init.write_text(INIT_LUA % {"plugin": lua_string(str(PLUGIN)), "opts": to_lua(setup_opts)})
+        self.log = open(workdir / "nvim.log", "wb")
+        nvim_cmd = " ".join(shlex.quote(a) for a in [
+            NVIM, "--clean", "-n", "--listen", self.sock, "-u", str(init), str(workdir / file_name)])
+        env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state"), "COLORTERM": ""}
+        conf = workdir / "tmux.conf"   # a tmux server of its own: the user's config stays out
+        conf.write_text('set -g default-terminal "tmux-256color"\n')
+        subprocess.run([TMUX, "-L", self.session, "-f", str(conf), "new-session", "-d",
+                        "-s", self.session, "-x", "100", "-y", "30", nvim_cmd],
+                       check=True, cwd=workdir, env=env, timeout=30)
+        self.proc = None
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.sock):
+            assert time.monotonic() < deadline, "nvim in tmux did not start listening\n" + self.screen()
+            time.sleep(0.05)
+
+    def screen(self, escapes: bool = True) -> str:
+        """The pane as a person sees it; with `escapes`, the colour codes too (capture-pane -e)."""
+        done = subprocess.run([TMUX, "-L", self.session, "capture-pane", "-p", *(["-e"] if escapes else []),
+                               "-t", self.session], capture_output=True, text=True, timeout=30)
+        return done.stdout
+
+    def output(self) -> str:
+        return self.screen(escapes=False) + "\n" + super().output()
+
+    def close(self) -> None:
+        try:
+            self._remote("--remote-send", "<C-\\><C-N>:qa!<CR>")
+        except Exception:
+            pass
+        subprocess.run([TMUX, "-L", self.session, "kill-server"], capture_output=True, timeout=30)
+        self.log.close()
+
+
+def apply_sgr(state: dict, params: str) -> None:
+    """Update {fg, italic} with one SGR escape's parameters."""
+    nums = [int(p or 0) for p in re.split("[;:]", params)] if params else [0]
+    i = 0
+    while i < len(nums):
+        n = nums[i]
+        if n == 0:
+            state.update(fg=None, italic=False)
+        elif n == 3:
+            state["italic"] = True
+        elif n == 23:
+            state["italic"] = False
+        elif n in (38, 48):
+            width = 3 if nums[i + 1:i + 2] == [5] else 5   # 38;5;N or 38;2;R;G;B
+            if n == 38:
+                state["fg"] = ";".join(map(str, nums[i:i + width]))
+            i += width - 1
+        elif 30 <= n <= 37 or 90 <= n <= 97:
+            state["fg"] = str(n)
+        elif n == 39:
+            state["fg"] = None
+        i += 1
+
+
+def style_at(line: str, text: str) -> dict | None:
+    """{fg, italic} where `text` starts on a captured screen line (None: not on the line)."""
+    target = SGR.sub("", line).find(text)
+    if target < 0:
+        return None
+    state, pos, last = {"fg": None, "italic": False}, 0, 0
+    for m in [*SGR.finditer(line), None]:
+        segment = line[last:m.start() if m else len(line)]
+        if pos + len(segment) > target:
+            return state
+        pos += len(segment)
+        if m is None:
+            return None
+        apply_sgr(state, m.group(1))
+        last = m.end()
+    return None
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux; .ci/run installs it)")
+def test_ghost_text_is_grey_italic_with_and_without_truecolor():
+    tmp = Path(tempfile.mkdtemp(prefix="sftm"))
+    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": server_settings(), "debounce_ms": 30}
+    nv = TmuxNvim(tmp, setup, "screen.py")
+    try:
+        nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+        ghost = type_until_ghost(nv, "def add(a, b):<CR>")
+        first = expand_tabs(ghost["text"].split("\n")[0]).strip() or expand_tabs(ghost["text"]).strip().split("\n")[0]
+        for mode, tgc in (("cterm", False), ("gui", True)):
+            nv.lua(f"vim.o.termguicolors = {to_lua(tgc)}; vim.cmd('redraw!')")
+            deadline = time.monotonic() + 10
+            while True:   # until the redraw in this mode has reached the pane
+                screen = nv.screen()
+                rows = [r for r in screen.split("\n") if first in SGR.sub("", r)]
+                style = style_at(rows[0], first) if rows else None
+                if style and style["fg"] == GHOST_GREY[mode]:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"{mode}: ghost {first!r} not grey ({style}):\n{screen!r}")
+                time.sleep(0.2)
+            assert style["italic"], f"{mode}: not italic: {rows[0]!r}"
+            # The code the user typed is drawn differently: the ghost does not look like code.
+            code = style_at(screen.split("\n")[0], "def add(a, b):")
+            assert code is not None and code["fg"] != GHOST_GREY[mode] and not code["italic"], screen
+        assert ghost["text"] not in nv.buffer()
+    finally:
+        nv.close()
+        shutil.rmtree(tmp, ignore_errors=True)

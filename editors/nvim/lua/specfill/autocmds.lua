@@ -6,6 +6,7 @@ local status = require('specfill.status')
 
 local M = {}
 
+--- Returns the augroup, for the plugin's other autocommands.
 function M.setup(renderer)
   local group = api.nvim_create_augroup('specfill', { clear = true })
   api.nvim_create_autocmd('LspAttach', {
@@ -40,6 +41,7 @@ function M.setup(renderer)
     end,
   })
   renderer.create_autocmds(group)
+  return group
 end
 
 return M

@@ -1,37 +1,87 @@
--- User commands: :SpecfillToggle, :SpecfillStats, :SpecfillReload.
+-- User commands: :SpecfillToggle, :SpecfillStats[!], :SpecfillReload, :SpecfillLog.
 local api = vim.api
+local log = require('specfill.log')
 local server = require('specfill.server')
+local state = require('specfill.state')
 local status = require('specfill.status')
 
 local M = {}
 
-local function show_stats()
+local function pct(x)
+  return type(x) == 'number' and ('%d%%'):format(math.floor(x * 100 + 0.5)) or '-'
+end
+
+local function ms(x)
+  return type(x) == 'number' and ('%d ms'):format(math.floor(x + 0.5)) or '-'
+end
+
+local function num(x)
+  return type(x) == 'number' and ('%.2f'):format(x) or '-'
+end
+
+--- The short summary :SpecfillStats shows: the figures a user asks about, one topic a line.
+function M.summary(stats)
+  local p = type(stats.pipeline) == 'table' and stats.pipeline or {}
+  local latency = type(p.latency_ms) == 'table' and p.latency_ms or {}
+  local models = stats.models or {}
+  local user = status.shown > 0 and status.accepted / status.shown or nil
+  return {
+    ('specfill: %s + draft %s%s'):format(
+      tostring(models.targetModel),
+      tostring(models.draftModel),
+      models.loading and ' (loading)' or (models.loaded == false and ' (not loaded)' or '')
+    ),
+    ('  latency          p50 %s, p95 %s (server, %d requests)'):format(ms(latency.p50), ms(latency.p95), p.requests or 0),
+    ('  you accepted     %s (%d of %d suggestions shown here)'):format(pct(user), status.accepted, status.shown),
+    ('  draft accepted   %s of drafted tokens'):format(pct(p.acceptance_rate)),
+    ('  tokens/target    %s per target call'):format(num(p.tokens_per_target_call)),
+    ('  decoded/shown    %s tokens decoded per token shown'):format(num(p.decoded_per_shown_token)),
+    ('  KV reuse         %s (draft %s)'):format(pct(p.kv_reuse), pct(p.draft_kv_reuse)),
+    ('  cache hits       %s (%d)'):format(pct(p.cache_hit_rate), p.cache_hits or 0),
+    ':SpecfillStats! shows every figure',
+  }
+end
+
+--- Every figure, as nested tables, in a scratch buffer.
+local function show_full(stats)
+  local lines = vim.split(vim.inspect(stats), '\n', { plain = true })
+  table.insert(lines, 1, ('-- specfill stats (client: shown %d, accepted %d, last latency %s ms)'):format(
+    status.shown,
+    status.accepted,
+    tostring(status.latency_ms)
+  ))
+  vim.cmd('botright new')
+  local buf = api.nvim_get_current_buf()
+  vim.bo[buf].buftype, vim.bo[buf].bufhidden, vim.bo[buf].swapfile = 'nofile', 'wipe', false
+  api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].filetype = 'lua'
+  vim.bo[buf].modifiable = false
+  pcall(api.nvim_buf_set_name, buf, 'specfill://stats')
+end
+
+local function show_stats(cmd)
   server.stats(function(err, stats)
     if err then
       vim.notify(tostring(err), vim.log.levels.ERROR)
-      return
+    elseif cmd.bang then
+      show_full(stats or {})
+    else
+      vim.notify(table.concat(M.summary(stats or {}), '\n'), vim.log.levels.INFO)
     end
-    local lines = { 'specfill stats' }
-    for _, k in ipairs(vim.tbl_keys(stats or {})) do
-      lines[#lines + 1] = ('  %s: %s'):format(k, vim.inspect(stats[k]))
-    end
-    table.sort(lines, function(a, b)
-      return a == 'specfill stats' or (b ~= 'specfill stats' and a < b)
-    end)
-    lines[#lines + 1] = ('  client: shown %d, accepted %d, last latency %s ms'):format(
-      status.shown,
-      status.accepted,
-      tostring(status.latency_ms)
-    )
-    vim.notify(table.concat(lines, '\n'), vim.log.levels.INFO)
   end)
 end
 
 --- `toggle`: what :SpecfillToggle does (require('specfill').toggle).
 function M.setup(toggle)
   api.nvim_create_user_command('SpecfillToggle', toggle, { desc = 'specfill: suggestions on/off' })
-  api.nvim_create_user_command('SpecfillStats', show_stats, { desc = 'specfill: server statistics' })
+  api.nvim_create_user_command('SpecfillStats', show_stats, {
+    bang = true,
+    desc = 'specfill: statistics summary (! for every figure)',
+  })
   api.nvim_create_user_command('SpecfillReload', server.reload, { desc = 'specfill: reload the models' })
+  api.nvim_create_user_command('SpecfillLog', function()
+    log.open(state.opts.cmd)
+  end, { desc = "specfill: the server's messages, exit and stderr" })
 end
 
 return M

@@ -115,8 +115,10 @@ M.defaults = {
   -- Client-side wait after the last keystroke before asking (the server debounces too).
   debounce_ms = 50,
 
-  -- Highlight group of the ghost text. Linked to Comment unless you define it:
-  --   vim.api.nvim_set_hl(0, 'SpecfillGhost', { fg = '#6e7681', italic = true })
+  -- Highlight group of the ghost text. SpecfillGhost is grey italic, with a GUI colour and a
+  -- 256-colour fallback (readable with and without 'termguicolors'), unless you or your
+  -- colour scheme define it, e.g.:
+  --   vim.api.nvim_set_hl(0, 'SpecfillGhost', { fg = '#6e7681', ctermfg = 243, italic = true })
   hl_group = 'SpecfillGhost',
 
   -- Insert-mode keys. Each one only acts while a suggestion is visible (`request`

@@ -1,6 +1,28 @@
 -- :checkhealth specfill
 local M = {}
 
+local VERSION_TIMEOUT_MS = 20000
+
+--- Run the server command with --version: (true, first line of stdout) or (false, why).
+function M.server_version(cmd)
+  local ok, proc = pcall(vim.system, vim.list_extend(vim.deepcopy(cmd), { '--version' }), { text = true })
+  if not ok then
+    return false, tostring(proc)
+  end
+  local done = proc:wait(VERSION_TIMEOUT_MS)
+  local out = vim.trim(done.stdout or '')
+  if done.code == 0 and out ~= '' then
+    return true, vim.split(out, '\n')[1]
+  end
+  local err = vim.trim((done.stderr or '') .. '\n' .. out)
+  if done.signal ~= 0 and done.code ~= 0 then
+    err = ('timed out or killed (signal %d)%s'):format(done.signal, err ~= '' and (': ' .. err) or '')
+  else
+    err = ('exit code %d%s'):format(done.code, err ~= '' and (': ' .. err) or '')
+  end
+  return false, err
+end
+
 function M.check()
   local health = vim.health
   health.start('specfill')
@@ -15,20 +37,31 @@ function M.check()
     health.warn("require('specfill').setup() has not run")
     return
   end
+  local fix = { "pip install -e . in the specfill checkout, or setup({ cmd = { '/path/to/specfill', 'serve' } })" }
   local exe = type(cfg.cmd) == 'table' and cfg.cmd[1] or nil
   if exe and vim.fn.executable(exe) == 1 then
     health.ok('server command: ' .. table.concat(cfg.cmd, ' '))
+    local ok, text = M.server_version(cfg.cmd)
+    if ok then
+      health.ok('server --version: ' .. text)
+    else
+      health.error(('server command fails (%s --version): %s'):format(table.concat(cfg.cmd, ' '), text), fix)
+    end
   else
-    health.error('server command not found: ' .. tostring(exe), { "pip install -e . in the specfill checkout, or setup({ cmd = { '/path/to/specfill', 'serve' } })" })
+    health.error('server command not found: ' .. tostring(exe), fix)
   end
   if require('specfill.renderer.builtin').available() then
     health.info('vim.lsp.inline_completion is available (renderer = "auto" uses it)')
   else
     health.info("no vim.lsp.inline_completion in this Neovim: specfill's own ghost text is used")
   end
+  local status = require('specfill.status')
   local clients = require('specfill.server').clients()
   if #clients > 0 then
-    health.ok(('server running (client %d, name %q): %s'):format(clients[1].id, opts.name, require('specfill').statusline()))
+    local line = status.line(require('specfill.state').enabled, true)
+    health.ok(('server running (client %d, name %q): %s'):format(clients[1].id, opts.name, line))
+  elseif status.phase == 'exited' then
+    health.error(status.line(true, false):gsub('^specfill: error: ', ''), { ':SpecfillLog shows what the server wrote' })
   else
     health.info('server not running (it starts when a file with a filetype opens)')
   end

@@ -1,7 +1,9 @@
 -- The specfill language server: its registration with vim.lsp and the requests the plugin
 -- sends it besides inline completions (settings, commands).
 local editing = require('specfill.editing')
+local log = require('specfill.log')
 local state = require('specfill.state')
+local status = require('specfill.status')
 
 local M = {}
 
@@ -13,9 +15,34 @@ local function json_object(tbl)
   return next(tbl) == nil and vim.empty_dict() or tbl
 end
 
+-- The server's messages go to :SpecfillLog (with their levels), then to Neovim's own handler.
+local function logged(method)
+  return function(err, params, ctx)
+    if params then
+      log.add_message(params)
+    end
+    return vim.lsp.handlers[method](err, params, ctx)
+  end
+end
+
+local function on_exit(code, signal)
+  vim.schedule(function() -- on_exit may run in a fast (libuv) callback
+    status.exited(code, signal)
+    if code ~= 0 or (signal or 0) ~= 0 then
+      log.add('ERROR', ('server exited with code %d%s'):format(code, (signal or 0) ~= 0 and (', signal %d'):format(signal) or ''))
+    end
+    vim.cmd.redrawstatus({ bang = true, mods = { emsg_silent = true } })
+  end)
+end
+
 --- Register the server with vim.lsp.config / vim.lsp.enable under `opts.name`.
 function M.register(opts)
   vim.lsp.config(opts.name, {
+    handlers = {
+      ['window/logMessage'] = logged('window/logMessage'),
+      ['window/showMessage'] = logged('window/showMessage'),
+    },
+    on_exit = on_exit,
     cmd = opts.cmd,
     filetypes = opts.filetypes,
     root_markers = opts.root_markers,

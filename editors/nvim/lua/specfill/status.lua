@@ -1,7 +1,8 @@
 -- What the statusline shows: the server's phase, its model-loading progress, the round trip of
 -- the last answer, and this client's counts (for :SpecfillStats).
 local M = {
-  phase = 'off', -- off | starting | loading | ready | error
+  phase = 'off', -- off | starting | loading | ready | error | exited
+  exit = nil, -- how the server last ended badly: { code = N, signal = N }
   percentage = nil, -- model loading progress, 0..100
   latency_ms = nil, -- round trip of the last answered request
   shown = 0, -- suggestions shown
@@ -9,13 +10,25 @@ local M = {
 }
 
 function M.attached()
-  if M.phase == 'off' or M.phase == 'error' then
-    M.phase = 'starting'
+  if M.phase == 'off' or M.phase == 'error' or M.phase == 'exited' then
+    M.phase, M.exit = 'starting', nil
   end
 end
 
 function M.detached()
-  M.phase = 'off'
+  if M.phase ~= 'exited' then
+    M.phase = 'off'
+  end
+end
+
+--- The server process ended (vim.lsp's on_exit). A clean exit (shutdown, :LspStop) is 'off';
+--- anything else stays on the statusline until a server attaches again.
+function M.exited(code, signal)
+  if code == 0 and (signal or 0) == 0 then
+    M.phase = 'off'
+  else
+    M.phase, M.exit = 'exited', { code = code, signal = signal or 0 }
+  end
 end
 
 --- A `$/progress` value from the server (model loading). Returns true when loading ended.
@@ -42,8 +55,13 @@ function M.failed()
   M.phase = 'error'
 end
 
---- 'specfill: loading 40%' / 'specfill: ready 35ms' / 'specfill: off' / '' (not attached).
+--- 'specfill: loading 40%' / 'specfill: ready 35ms' / 'specfill: off' / '' (not attached) /
+--- 'specfill: error: server exited (code 1), see :SpecfillLog'.
 function M.line(enabled, attached)
+  if M.phase == 'exited' then
+    local how = M.exit.signal ~= 0 and ('signal %d'):format(M.exit.signal) or ('code %d'):format(M.exit.code)
+    return ('specfill: error: server exited (%s), see :SpecfillLog'):format(how)
+  end
   if not enabled then
     return 'specfill: off'
   end

@@ -1,9 +1,11 @@
-// Drives a real VS Code (code-server) in headless chromium: opens a Python file, types,
-// waits for specfill's ghost text, accepts it with Tab and reads back the editor and the
-// status bar. Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
+// Drives a real VS Code (code-server) in headless chromium. Scenario `complete` (default):
+// opens a Python file, types, waits for specfill's ghost text, accepts it with Tab and reads
+// back the editor, the status bar and every ghost text VS Code rendered. Scenario `broken`:
+// the server cannot start; reads the status bar, clicks it and reads the log it opens.
+// Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
 //
-// Environment: E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the file),
-// E2E_FILE (file name), E2E_SETTINGS (JSON user settings), E2E_OUT, E2E_PORT, E2E_TYPE
+// Environment: E2E_SCENARIO, E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the
+// file), E2E_FILE (file name), E2E_SETTINGS (JSON user settings), E2E_OUT, E2E_PORT, E2E_TYPE
 // (text to type), CHROMIUM (default /usr/bin/chromium).
 'use strict';
 const { spawn, execFileSync } = require('node:child_process');
@@ -57,6 +59,77 @@ async function ghostText(page) {
   });
 }
 
+// Records every change of the ghost text VS Code draws (a MutationObserver in the page), so
+// the test can count the suggestions that were really on screen.
+async function recordGhostRenders(page) {
+  await page.evaluate(() => {
+    const read = () =>
+      [...document.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview, .ghost-text')]
+        .map((el) => el.textContent || '')
+        .join('\n');
+    window.__ghostRenders = [{ t: Date.now(), text: read() }];
+    new MutationObserver(() => {
+      const text = read();
+      const log = window.__ghostRenders;
+      if (log[log.length - 1].text !== text) log.push({ t: Date.now(), text });
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+}
+
+async function ghostRenders(page) {
+  return page.evaluate(() => ({ now: Date.now(), changes: window.__ghostRenders || [] }));
+}
+
+// Waits until neither the ghost text nor the status bar has changed for `quietMs`.
+async function settled(page, quietMs, timeoutMs) {
+  let last = '';
+  let since = Date.now();
+  return waitFor('ghost text and status bar to settle', async () => {
+    const { changes } = await ghostRenders(page);
+    const now = JSON.stringify([changes.length, await statusBarText(page)]);
+    if (now !== last) {
+      last = now;
+      since = Date.now();
+    }
+    return Date.now() - since >= quietMs;
+  }, timeoutMs, 100);
+}
+
+async function panelText(page) {
+  return page.evaluate(() => {
+    const lines = [...document.querySelectorAll('.part.panel .monaco-editor .view-lines .view-line')];
+    return lines
+      .map((l) => ({ top: parseFloat(l.style.top || '0'), text: (l.textContent || '').replace(/\u00a0/g, ' ') }))
+      .sort((a, b) => a.top - b.top)
+      .map((l) => l.text)
+      .join('\n');
+  });
+}
+
+async function broken(page) {
+  // The server exits at once: the status bar says so, and a click opens the log.
+  result.statusError = await waitFor('error in the status bar', async () => {
+    const s = await statusBarText(page);
+    return s && s.icons.includes('codicon-error') && /exited/.test(s.label) ? s : null;
+  }, 120000, 300);
+  step('status error', result.statusError);
+  await page.screenshot({ path: path.join(out, '1-error.png') });
+  await page.evaluate(() => {
+    for (const el of document.querySelectorAll('.statusbar-item')) {
+      if ((el.getAttribute('aria-label') || el.textContent || '').includes('specfill')) {
+        (el.querySelector('a') || el).click();
+        return;
+      }
+    }
+  });
+  result.log = await waitFor('the log in the panel', async () => {
+    const text = await panelText(page);
+    return text.includes('server exited') ? text : null;
+  }, 30000, 300);
+  step('log shown');
+  await page.screenshot({ path: path.join(out, '2-log.png') });
+}
+
 async function editorText(page) {
   return page.evaluate(() => {
     const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
@@ -71,8 +144,12 @@ async function editorText(page) {
 async function main() {
   const userData = path.join(out, 'user-data');
   const extensions = path.join(out, 'extensions');
-  fs.mkdirSync(path.join(userData, 'User'), { recursive: true });
-  fs.writeFileSync(path.join(userData, 'User', 'settings.json'), env.E2E_SETTINGS);
+  // code-server is a remote: machine-scoped settings (specfill.server.*) are read from the
+  // Machine settings only, the rest from the User settings.
+  for (const scope of ['User', 'Machine']) {
+    fs.mkdirSync(path.join(userData, scope), { recursive: true });
+    fs.writeFileSync(path.join(userData, scope, 'settings.json'), env.E2E_SETTINGS);
+  }
   // Its own config file, so nothing is written to ~/.config/code-server.
   const cfg = ['--config', path.join(out, 'code-server.yaml')];
   execFileSync(codeServer, [...cfg, '--extensions-dir', extensions, '--user-data-dir', userData, '--install-extension', env.E2E_VSIX], {
@@ -109,6 +186,12 @@ async function main() {
     await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(env.E2E_WORKSPACE)}`, { waitUntil: 'domcontentloaded' });
     await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
     step('workbench');
+    if (env.E2E_SCENARIO === 'broken') {
+      await broken(page);
+      result.ok = true;
+      return;
+    }
+    await recordGhostRenders(page);
 
     // Open the file from the Explorer and put the cursor in its editor.
     const row = await page.waitForSelector(`.explorer-folders-view .monaco-list-row[aria-label*="${env.E2E_FILE}"]`, { timeout: 60000 });
@@ -147,10 +230,11 @@ async function main() {
     await page.screenshot({ path: path.join(out, '2-ghost.png') });
 
     await page.keyboard.press('Tab');
-    await waitFor('ghost gone', async () => !(await ghostText(page)).trim(), 10000, 100);
-    await new Promise((r) => setTimeout(r, 500));
+    // VS Code may show the next suggestion at once: wait until nothing changes any more.
+    await settled(page, 2000, 20000);
     result.editorAfter = await editorText(page);
     result.statusAfter = await statusBarText(page);
+    result.rendersAfter = await ghostRenders(page);
     step('accepted', { status: result.statusAfter });
     await page.screenshot({ path: path.join(out, '3-accepted.png') });
 
@@ -189,8 +273,8 @@ async function main() {
   } finally {
     if (browser) await browser.close().catch(() => {});
     server.kill('SIGTERM');
+    process.stdout.write(JSON.stringify(result) + '\n');
   }
-  process.stdout.write(JSON.stringify(result) + '\n');
 }
 
 main().catch((err) => {

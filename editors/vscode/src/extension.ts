@@ -5,6 +5,8 @@ import { ChildProcess, spawn } from 'node:child_process';
 import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import {
+  CloseAction,
+  ErrorHandler,
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
@@ -126,7 +128,20 @@ function startServer(c: () => LanguageClient | undefined, processes: { current?:
 
 function createClient(): LanguageClient {
   const processes: { current?: ChildProcess } = {};
+  let wasRunning = false;
+  let fallback: ErrorHandler | undefined;
   const clientOptions: LanguageClientOptions = {
+    // A server that never got running is not restarted 5 times with a pop-up each: the status
+    // bar says it exited and a click shows the log. One that crashes later is restarted.
+    initializationFailedHandler: (err) => {
+      output.error(`server initialization failed: ${err instanceof Error ? err.message : String(err)}`);
+      return false;
+    },
+    errorHandler: {
+      error: (err, message, count) => (fallback ??= c.createDefaultErrorHandler()).error(err, message, count),
+      closed: () =>
+        wasRunning ? (fallback ??= c.createDefaultErrorHandler()).closed() : { action: CloseAction.DoNotRestart, handled: true },
+    },
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     outputChannel: output,
     stdioOptions: { stdout: () => {}, stderr: pipeStderr },
@@ -187,6 +202,9 @@ function createClient(): LanguageClient {
   c.onDidChangeState((e) => {
     if (c !== client) {
       return; // a client being replaced by a restart
+    }
+    if (e.newState === State.Running) {
+      wasRunning = true;
     }
     if (e.newState === State.Stopped) {
       // An exit with an error code already put it in the status bar; keep that.

@@ -1,8 +1,9 @@
 // The level of each line the server writes to stderr. The server sends its log through
 // window/logMessage once connected (vscode-languageclient shows those at their level); stderr
 // carries what comes before the connection and crashes. Lines in Python logging's format keep
-// their level; a traceback or a line that says error is an error; any other line (a traceback's
-// body, a stray print) keeps the level of the line before it.
+// their level; a traceback or a line that says error is an error; lines before the first log
+// line are errors too (a usage error or a failed import: the server did not start); any other
+// line (a traceback's body, a message's second line) keeps the level of the line before it.
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
@@ -21,7 +22,7 @@ const LEVELS: Record<string, LogLevel> = {
 };
 
 export class StderrLevels {
-  private current: LogLevel = 'info';
+  private current: LogLevel = 'error';
 
   level(line: string): LogLevel {
     const m = LOGGING_LINE.exec(line);

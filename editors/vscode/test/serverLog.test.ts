@@ -15,7 +15,9 @@ test('logging lines keep their level; INFO is not an error', () => {
 
 test('a crash is an error, its traceback body too; other lines follow the line before', () => {
   const l = new StderrLevels();
-  assert.equal(l.level('loading torch'), 'info');
+  assert.equal(l.level("specfill serve: argument --log-level: invalid choice: 'bogus'"), 'error');
+  assert.equal(l.level('2026-11-29 12:00:00,000 INFO specfill: starting'), 'info');
+  assert.equal(l.level('  second line of that message'), 'info');
   assert.equal(l.level('Traceback (most recent call last):'), 'error');
   assert.equal(l.level('  File "/x/lsp/__main__.py", line 3, in <module>'), 'error');
   assert.equal(l.level('ModuleNotFoundError: No module named \'torch\''), 'error');

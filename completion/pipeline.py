@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import cachetools
 
@@ -126,7 +126,15 @@ class Prompts:
     extra_chunks: int
     draft: FimTemplate | None
     draft_layout: str | None
-    draft_ids: list[int] | None
+    build_draft: Callable[[], list[int]] | None = None   # None: no draft model
+    built_draft_ids: list[int] | None = None
+
+    def draft_ids(self) -> list[int]:
+        """The draft model's prompt, built the first time it is asked for: the engine asks only
+        when a round drafts with the model, and most rounds may not."""
+        if self.built_draft_ids is None:
+            self.built_draft_ids = self.build_draft()
+        return self.built_draft_ids
 
 
 def tokens_behind(bytes_of, token_ids: list[int], text: str) -> int:
@@ -218,13 +226,13 @@ class CompletionPipeline:
         if cancel is not None and cancel.is_set():
             return None
 
-        prompts = self._prompts(req.uri, cur, options)
+        prompts = self.build_prompts(req.uri, cur, options)
         late_newline = not options.stop_while_decoding and is_single_line(cur, options.multiline)
         gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
                                  temperature=options.temperature, time_budget_ms=options.time_budget_ms,
                                  draft_control=options.draft_control,
                                  stop_strings=("\n",) if late_newline else ())
-        result = self.engine.generate(prompts.target_ids, prompts.draft_ids, gen,
+        result = self.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None, gen,
                                       stop_ids=prompts.target.stop_ids, cancel=cancel,
                                       stop_check=self._stop_check(cur, options) if options.stop_while_decoding else None)
         cleaned = None
@@ -254,19 +262,20 @@ class CompletionPipeline:
             return TextStop(cut.reason, cut.decided_at) if cut is not None else None
         return check
 
-    def _prompts(self, uri: str, cur: Cursor, options: CompletionOptions) -> "Prompts":
-        """The target's prompt and the draft's own (its template, window and context length)."""
+    def build_prompts(self, uri: str, cur: Cursor, options: CompletionOptions) -> Prompts:
+        """The target's prompt, and how to build the draft's own (its template, window and
+        context length)."""
         target = self.template("target", options.fim_template)
         draft = self.template("draft", options.draft_fim_template)
         path = uri_to_path(uri)
         t_layout = target.resolve_layout(options.fim_layout)
         target_ids, window, extra = self._prompt(target, self.engine.target, uri, cur, options, t_layout, path)
-        draft_ids = d_layout = None
+        d_layout = build_draft = None
         if draft is not None:
             d_layout = draft.resolve_layout(options.fim_layout)
-            draft_ids, _, _ = self._prompt(draft, self.engine.draft, uri, cur, options, d_layout, path)
+            build_draft = lambda: self._prompt(draft, self.engine.draft, uri, cur, options, d_layout, path)[0]  # noqa: E731
         return Prompts(target, t_layout, target_ids, window.start_line, window.end_line, len(extra),
-                       draft, d_layout, draft_ids)
+                       draft, d_layout, build_draft)
 
     def _run_stats(self, uri: str, prompts: "Prompts", result: GenerationResult, cleaned: Cleaned | None) -> dict:
         """Everything known about one model run, as shown by specfill.stats and the bench."""
@@ -278,7 +287,7 @@ class CompletionPipeline:
                               result.text[:cleaned.source_chars] if cleaned else "")
         stats.update(stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens, shown_tokens=shown,
                      prompt_tokens=len(prompts.target_ids),
-                     draft_prompt_tokens=len(prompts.draft_ids) if prompts.draft_ids is not None else 0,
+                     draft_prompt_tokens=len(prompts.built_draft_ids or ()),   # 0: the draft model was not used
                      prompt_shared_tokens=shared, template=prompts.target.family, layout=prompts.layout,
                      draft_template=prompts.draft.family if prompts.draft else None,
                      draft_layout=prompts.draft_layout,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 
 from .drafters import ModelDrafter, NgramDrafter, TextDrafter
-from .generate import DraftMemory, Drafters, speculative_generate
+from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
 from .kv import KVPool
 from .models import LoadedModel, ModelLoadError, load_model
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
@@ -48,7 +48,7 @@ class Engine:
             if drafter is not None:
                 drafter.clear()
 
-    def generate(self, target_ids: list[int], draft_ids: list[int] | None = None,
+    def generate(self, target_ids: list[int], draft_ids: DraftPrompt = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
                  cancel: threading.Event | None = None, stop_check: StopCheck | None = None) -> GenerationResult:
         settings = settings or GenerationSettings()
@@ -56,5 +56,5 @@ class Engine:
             self.clear_caches()
         return speculative_generate(self.target, self.pool, self.drafters, list(target_ids),
                                     settings, self.memory, stop_ids=stop_ids,
-                                    draft_prompt=list(draft_ids) if draft_ids is not None else None,
+                                    draft_prompt=list(draft_ids) if isinstance(draft_ids, (list, tuple)) else draft_ids,
                                     cancel=cancel, stop_check=stop_check)

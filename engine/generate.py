@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from .control import DraftController, Plan
 from .drafters import Draft, Drafter, NgramDrafter, Sampling
-from .kv import ContextTooLong, KVPool, KVSession
+from .kv import ContextTooLong, KVPool
 from .models import LoadedModel
 from .sampling import target_probs, verify_greedy, verify_rejection, verify_sample_compare
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
@@ -107,12 +108,17 @@ def _verify(cand: list[int], draft: Draft, logits: torch.Tensor, settings: Gener
     return verify_sample_compare(cand, p, gen)
 
 
-def _begin_model(drafters: Drafters, prompt: list[int], draft_prompt: list[int] | None,
+DraftPrompt = list[int] | Callable[[], list[int]] | None   # the draft model's own prompt, or how to build it
+
+
+def _begin_model(drafters: Drafters, prompt: list[int], draft_prompt: DraftPrompt,
                  stats: GenerationStats) -> Drafters:
     """Bring the draft model's cache up to its prompt, the first time a round wants it (a request
     the controller drafts by lookup alone never pays for it); a draft whose context is too short
     for its prompt is dropped for this request."""
     t0 = time.perf_counter()
+    if callable(draft_prompt):
+        draft_prompt = draft_prompt()
     try:
         stats.draft_reused_tokens, stats.draft_prefill_tokens = drafters.model.begin(prompt, draft_prompt)
     except ContextTooLong:
@@ -126,7 +132,7 @@ def _begin_model(drafters: Drafters, prompt: list[int], draft_prompt: list[int] 
 class Decoding:
     """One call's state as its rounds go."""
     prompt: list[int]
-    draft_prompt: list[int] | None
+    draft_prompt: DraftPrompt
     drafters: Drafters
     use_lookup: bool
     seq: list[int] = field(default_factory=list)
@@ -194,11 +200,12 @@ def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: Gene
 
 def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, prompt: list[int],
                          settings: GenerationSettings, memory: DraftMemory,
-                         stop_ids=(), draft_prompt: list[int] | None = None,
+                         stop_ids=(), draft_prompt: DraftPrompt = None,
                          cancel: threading.Event | None = None,
                          stop_check: StopCheck | None = None) -> GenerationResult:
     """`stop_check(text so far)` lets the caller end decoding the moment its answer is decided;
-    the tokens up to there are exactly the target's own (greedy output is unchanged)."""
+    the tokens up to there are exactly the target's own (greedy output is unchanged).
+    `draft_prompt` may be a function that builds it: it is called only if a round uses the model."""
     t0 = time.perf_counter()
     stats = GenerationStats()
     if not prompt:

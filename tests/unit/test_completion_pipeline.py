@@ -2,10 +2,12 @@
 tokenizer) with a GPTBigCode draft of another family (StarCoder-style tokenizer)."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 
+from completion.context import parse_document
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
 from engine import Engine, EngineConfig
 from tests.tiny_models import tiny_pair_dirs
@@ -28,18 +30,21 @@ def positions():
     return [(6, len(lines[6])), (7, len("        data = ")), (3, len("def load(")), (4, 4), (8, 0)]
 
 
-def test_speculative_pipeline_shows_what_the_target_alone_would(engines):
+@pytest.mark.parametrize("control", ["cost", "heuristic"])
+def test_speculative_pipeline_shows_what_the_target_alone_would(engines, control):
     spec, plain = CompletionPipeline(engines[0]), CompletionPipeline(engines[1])
+    opts = dataclasses.replace(OPTS, draft_control=control)
     for line, ch in positions():
         req = CompletionRequest(URI, DOC, line, ch)
-        a, b = spec.complete(req, OPTS), plain.complete(req, OPTS)
+        a, b = spec.complete(req, opts), plain.complete(req, opts)
         assert (a is None) == (b is None)
         if a is not None:
             assert (a.text, a.replace_end) == (b.text, b.replace_end)
             assert a.stats["raw_text"] == b.stats["raw_text"]
             assert a.stats["template"] == "codellama" and a.stats["layout"] == "spm"
-            assert a.stats["draft_template"] == "starcoder"      # the draft gets its own prompt
-            assert a.stats["draft_prompt_tokens"] > 0 and not a.from_cache
+            assert a.stats["draft_template"] == "starcoder" and not a.from_cache
+            if control == "heuristic":     # the draft model drafts every round, from its own prompt
+                assert a.stats["draft_prompt_tokens"] > 0 and a.stats["rounds_by_drafter"]["model"] > 0
     summary = spec.stats_summary()
     assert summary["requests"] == len(positions()) and summary["drafted"] > 0
     assert set(summary["latency_ms"]) == {"p50", "p95", "p99"}
@@ -159,5 +164,6 @@ def test_large_budgets_shrink_to_fit_each_model(engines):
     pipe.complete(CompletionRequest(URI, big, 2000, 0), opts)          # no ContextTooLong
     assert pipe.last_stats["prompt_tokens"] + 4 <= limit
     # the draft's prompt is cut to the draft's own context length, in its own tokens
-    assert pipe.last_stats["draft_prompt_tokens"] + 4 <= min(spec.config.max_cache_tokens,
-                                                              spec.draft.max_positions)
+    prompts = pipe.build_prompts(URI, parse_document(big, 2000, 0), opts)
+    assert len(prompts.target_ids) == pipe.last_stats["prompt_tokens"]
+    assert 0 < len(prompts.draft_ids()) + 4 <= min(spec.config.max_cache_tokens, spec.draft.max_positions)

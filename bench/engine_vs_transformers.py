@@ -54,7 +54,6 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
 
-
     # name -> (draft, lean forward, prompt lookup beside the draft, how auto decides)
     configs = {"specfill default (draft + lookup, cost-aware)": (args.draft, True, True, "cost"),
                "specfill draft, old heuristic": (args.draft, True, False, "heuristic"),

@@ -110,9 +110,33 @@ def _refuse(message: str) -> int:
     return EXIT_USAGE
 
 
-def complete_main(argv: list[str] | None = None) -> int:
-    from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
+def read_document(path: str, line: int, col: int) -> tuple[str | None, str | None]:
+    """The text of `path` if (line, col), 1-based, is in it and the pipeline would take it:
+    (text, None), else (None, why). Loads no torch, so a bad file is refused at once."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return None, f"cannot read {path}: {exc.strerror}"
+    text = data.decode("utf-8", errors="replace")
 
+    from completion.context import parse_document
+    from lsp.positions import split_lines
+
+    lines = split_lines(text)
+    last_line_open = not lines or lines[-1].endswith(("\n", "\r"))
+    if line - 1 > len(lines) or (line - 1 == len(lines) and not last_line_open):
+        return None, f"{path} has {len(lines)} lines, asked for line {line}"
+    content = lines[line - 1].rstrip("\r\n") if line - 1 < len(lines) else ""
+    if col - 1 > len(content):
+        return None, f"line {line} of {path} has {len(content)} characters, asked for column {col}"
+    try:   # the pipeline's own input checks (binary text, size)
+        parse_document(text, line - 1, col - 1)
+    except ValueError as exc:
+        return None, str(exc)
+    return text, None
+
+
+def complete_main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(
         prog="specfill complete",
         description="Complete FILE at LINE:COL (1-based; COL counts characters) with the same "
@@ -135,6 +159,13 @@ def complete_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging(args.log_level)
 
+    path, line, col = args.location
+    text, problem = read_document(path, line, col)   # before seconds of torch and model loading
+    if problem:
+        return _refuse(problem)
+
+    from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
+
     raw: dict = {}
     for name, value in (("targetModel", args.target), ("draftModel", args.draft),
                         ("draftLength", args.draft_length), ("maxNewTokens", args.max_new_tokens),
@@ -149,29 +180,6 @@ def complete_main(argv: list[str] | None = None) -> int:
         settings = parse_settings(raw, Settings())
     except SettingsError as exc:
         parser.error(str(exc))
-
-    path, line, col = args.location
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        return _refuse(f"cannot read {path}: {exc.strerror}")
-    text = data.decode("utf-8", errors="replace")
-
-    from lsp.positions import split_lines
-
-    lines = split_lines(text)
-    last_line_open = not lines or lines[-1].endswith(("\n", "\r"))
-    if line - 1 > len(lines) or (line - 1 == len(lines) and not last_line_open):
-        return _refuse(f"{path} has {len(lines)} lines, asked for line {line}")
-    content = lines[line - 1].rstrip("\r\n") if line - 1 < len(lines) else ""
-    if col - 1 > len(content):
-        return _refuse(f"line {line} of {path} has {len(content)} characters, asked for column {col}")
-
-    from completion.context import parse_document
-    try:   # the pipeline's own input checks (binary text, size), before seconds of model loading
-        parse_document(text, line - 1, col - 1)
-    except ValueError as exc:
-        return _refuse(str(exc))
 
     from lsp import backend
 

@@ -103,13 +103,18 @@ def test_the_installed_command_answers_the_same(source):
     assert_one_line_error(done.returncode, done.stdout, done.stderr, "--temperature")
 
 
-def test_a_binary_file_is_refused_before_any_model_loads(tmp_path, capsys):
+def test_a_binary_file_is_refused_before_any_model_loads(tmp_path):
     blob = tmp_path / "blob.py"
     blob.write_bytes(b"abc\x00\xff\xfedef\n")
-    # A model that does not exist: reaching the load would print another error.
-    code, out, err = in_process(["complete", f"{blob}:1:2", "--target", "/no/such/model"], capsys)
-    assert_one_line_error(code, out, err, "binary")
-    assert "/no/such/model" not in err
+    # Refused before torch is even imported (let alone a model loaded); a model that does not
+    # exist would print another error if the load were reached.
+    probe = ("import sys; from cli.main import main; code = main(sys.argv[1:]); "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules)); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe, "complete", f"{blob}:1:2", "--target", "/no/such/model"],
+                          capture_output=True, text=True, env=SERVER_ENV, cwd=ROOT, timeout=240)
+    assert_one_line_error(done.returncode, "", done.stderr, "binary")
+    assert done.stdout == "[]\n"
+    assert "/no/such/model" not in done.stderr
 
 
 @pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_K = 16
-PROBE_EVERY = 24        # rounds without the model draft before it is tried again
+PROBE_EVERY = 48        # rounds without a drafter before it is tried again
 DECAY = 0.97            # weight of older rounds in the acceptance counts (follows the text)
 COST_EMA = 0.1          # weight of a new cost measurement
 MAX_JUMP = 4.0          # a cost measurement counts as at most this many times the current estimate

@@ -116,15 +116,12 @@ def _begin_model(drafters: Drafters, prompt: list[int], draft_prompt: DraftPromp
     """Bring the draft model's cache up to its prompt, the first time a round wants it (a request
     the controller drafts by lookup alone never pays for it); a draft whose context is too short
     for its prompt is dropped for this request."""
-    t0 = time.perf_counter()
     if callable(draft_prompt):
         draft_prompt = draft_prompt()
     try:
         stats.draft_reused_tokens, stats.draft_prefill_tokens = drafters.model.begin(prompt, draft_prompt)
     except ContextTooLong:
         return Drafters(drafters.lookup, None)
-    finally:
-        stats.prefill_ms += (time.perf_counter() - t0) * 1000
     return drafters
 
 
@@ -145,14 +142,15 @@ class Decoding:
 def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampling: Sampling, vocab,
            stop_check: StopCheck | None, max_k: int, stats: GenerationStats) -> tuple[Plan, Draft, list[int], float]:
     """The round's plan, its draft and the candidates to verify (cut where the answer would
-    already be decided), and the drafting time in ms (the draft model's prefill excluded)."""
+    already be decided), and the drafting time in ms. That includes the draft model's prefill
+    in the round that first uses it: a model used now and then pays it each time, and the
+    controller should see that."""
     t0 = time.perf_counter()
     lookup = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling).tokens if d.use_lookup and max_k > 0 else []
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k)
     if plan.drafter == "model" and not d.model_begun:
-        d.model_begun, t_begin = True, time.perf_counter()
+        d.model_begun = True
         d.drafters = _begin_model(d.drafters, d.prompt, d.draft_prompt, stats)
-        t0 += time.perf_counter() - t_begin
         if d.drafters.model is None:
             plan = Plan("none", 0, 0.0)
     draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])

@@ -56,7 +56,7 @@ class GenerationStats:
     reused_tokens: int = 0      # prompt tokens served from the target's KV cache
     draft_prefill_tokens: int = 0
     draft_reused_tokens: int = 0
-    prefill_ms: float = 0.0     # the target's prefill, and the draft model's once a round uses it
+    prefill_ms: float = 0.0     # the target's prefill (the draft model's counts as drafting)
     draft_ms: float = 0.0       # drafting, draft forward passes included
     verify_ms: float = 0.0      # target forward passes of the rounds + acceptance
     latency_ms: float = 0.0

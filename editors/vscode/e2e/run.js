@@ -229,6 +229,8 @@ async function main() {
     step('ghost', { ghost });
     await page.screenshot({ path: path.join(out, '2-ghost.png') });
 
+    // Read it as a person would before accepting (and past the extension's SETTLE_MS).
+    await new Promise((r) => setTimeout(r, 1000));
     await page.keyboard.press('Tab');
     // VS Code may show the next suggestion at once: wait until nothing changes any more.
     await settled(page, 2000, 20000);
@@ -274,6 +276,7 @@ async function main() {
     if (browser) await browser.close().catch(() => {});
     server.kill('SIGTERM');
     process.stdout.write(JSON.stringify(result) + '\n');
+    fs.writeFileSync(path.join(out, 'result.json'), JSON.stringify(result, null, 2));
   }
 }
 

@@ -4,8 +4,8 @@ tests/conftest.py's settings): ghost text after typing, Tab accepts it, the stat
 ready / latency / acceptance of the suggestions VS Code really drew, the server's INFO log lines
 are not errors, and a server that cannot start says so in the status bar and opens its log.
 
-Not part of `python -m pytest -q` (tests/ only) while its ghost-text test is not reliably green;
-skipped with the reason when its dependencies are missing. Run:
+Part of `python -m pytest -q` once its dependencies are installed (CI installs them); skipped
+with the reason otherwise. Run:
     editors/vscode/e2e/install.sh                 # once: chromium, Node 24, code-server, puppeteer-core
     python -m pytest editors/vscode/e2e -q
 Screenshots of each step, code-server's logs and the extension's output channel land in the

@@ -56,7 +56,7 @@ class DraftMemory:
 
 
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
-               lookup_tokens: int, max_k: int) -> Plan:
+               lookup_tokens: int, max_k: int, model_ready: bool = True) -> Plan:
     """Which drafter drafts this round, and how many tokens."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
@@ -70,7 +70,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
         if drafters.model is not None:
             return Plan("model", k, 0.0)
         return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k)
+    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -140,17 +140,20 @@ class Decoding:
 
 
 def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampling: Sampling, vocab,
-           stop_check: StopCheck | None, max_k: int, stats: GenerationStats) -> tuple[Plan, Draft, list[int], float]:
+           stop_check: StopCheck | None, max_k: int,
+           stats: GenerationStats) -> tuple[Plan, Draft, list[int], float, float | None]:
     """The round's plan, its draft and the candidates to verify (cut where the answer would
-    already be decided), and the drafting time in ms. That includes the draft model's prefill
-    in the round that first uses it: a model used now and then pays it each time, and the
-    controller should see that."""
+    already be decided), the drafting time in ms, and the draft model's prefill in ms when this
+    round began it for the request (a model used now and then pays that each time)."""
     t0 = time.perf_counter()
     lookup = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling).tokens if d.use_lookup and max_k > 0 else []
-    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k)
+    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun)
+    begin_ms = None
     if plan.drafter == "model" and not d.model_begun:
-        d.model_begun = True
+        d.model_begun, t_begin = True, time.perf_counter()
         d.drafters = _begin_model(d.drafters, d.prompt, d.draft_prompt, stats)
+        begin_ms = (time.perf_counter() - t_begin) * 1000
+        t0 += begin_ms / 1000
         if d.drafters.model is None:
             plan = Plan("none", 0, 0.0)
     draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])
@@ -166,7 +169,7 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
             stats.draft_trimmed += len(cand) - len(trimmed)
             plan = Plan(plan.drafter, len(trimmed), plan.expected_rate)
         cand = trimmed
-    return plan, draft, cand, (time.perf_counter() - t0) * 1000
+    return plan, draft, cand, (time.perf_counter() - t0) * 1000, begin_ms
 
 
 def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: GenerationSettings,
@@ -243,7 +246,8 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 stop_reason = "time_budget"
                 break
             max_k = min(MAX_DRAFT_LENGTH, max_new - len(d.out) - 1)
-            plan, draft, cand, draft_ms = _draft(d, memory, settings, sampling, target.vocab, stop_check, max_k, stats)
+            plan, draft, cand, draft_ms, begin_ms = _draft(d, memory, settings, sampling, target.vocab,
+                                                           stop_check, max_k, stats)
             t2 = time.perf_counter()
             try:   # one target pass over [last, *cand]
                 logits = session.advance(d.seq + cand, n_logits=len(cand) + 1)
@@ -252,11 +256,11 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 break
             n, bonus = _verify(cand, draft, logits, settings, gen)
             verify_ms = (time.perf_counter() - t2) * 1000
-            stats.count_round(plan.drafter, len(cand), n, draft_ms, verify_ms)
+            stats.count_round(plan.drafter, len(cand), n, draft_ms + (begin_ms or 0.0), verify_ms)
             if heuristic:
                 memory.heuristic.update(len(cand), n)
             elif auto:
-                memory.controller.record(plan, len(cand), n, draft_ms, verify_ms)
+                memory.controller.record(plan, len(cand), n, draft_ms, verify_ms, begin_ms)
             reason = _accept(d, cand[:n] + [bonus], stops, target.vocab, settings, stop_check)
             if reason is not None:
                 stop_reason = reason

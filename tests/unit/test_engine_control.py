@@ -11,7 +11,7 @@ def controller(verify_one=4.0, per_token=0.2, model_step=0.5) -> DraftController
     c = DraftController()
     c.verify.record(1, verify_one)
     c.verify.record(2, verify_one + per_token)
-    c.model.step_ms = model_step
+    c.model.step_ms, c.model.begin_ms = model_step, 0.0
     return c
 
 
@@ -90,3 +90,22 @@ def test_one_slow_measurement_cannot_shut_drafting_off():
         plans.append(plan.drafter)
         c.record(plan, plan.k, plan.k if plan.drafter == "lookup" else 0, 0.0, 4.0 + 0.2 * plan.k)
     assert plans[-1] == "lookup" and plans.count("lookup") > PROBE_EVERY
+
+
+def test_the_draft_models_prefill_counts_until_it_has_begun():
+    """Bringing the draft's cache up to a new request's prompt is paid once per request: a
+    costly prefill keeps the model out of a request it has not begun, not out of one it has."""
+    c = controller(model_step=0.1)
+    c.model.begin_ms = 200.0
+    for _ in range(50):
+        c.model.record(8, 8, 8, 0.8)
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_ready=False).drafter == "none"
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_ready=True).drafter == "model"
+
+
+def test_an_unmeasured_draft_model_is_tried_first():
+    c = DraftController()
+    plan = c.plan(lookup_tokens=5, has_model=True, max_k=16, model_ready=False)
+    assert plan.drafter == "model"
+    c.record(plan, 4, 2, 3.0, 6.0, begin_ms=20.0)
+    assert (c.model.step_ms, c.model.begin_ms) == (0.75, 20.0)

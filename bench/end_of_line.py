@@ -40,14 +40,18 @@ class Position:
     character: int     # utf-16 column: bench files are ASCII, so also the codepoint column
 
 
-def end_of_line_positions(path: Path, per_file: int) -> list[Position]:
-    """`per_file` code lines spread over the file (no blank or comment lines), cursor at the end."""
-    text = path.read_text(encoding="utf-8")
+def end_of_line_cursors(text: str, n: int) -> list[tuple[int, int]]:
+    """(line, column) at the end of `n` code lines spread over `text` (no blank or comment lines)."""
     lines = text.split("\n")
     code = [i for i, ln in enumerate(lines)
             if ln.strip() and not ln.lstrip().startswith(("#", '"""', "'''")) and i > 0]
-    step = max(1, len(code) // per_file)
-    return [Position(path.name, text, i, len(lines[i])) for i in code[step // 2::step][:per_file]]
+    step = max(1, len(code) // n)
+    return [(i, len(lines[i])) for i in code[step // 2::step][:n]]
+
+
+def end_of_line_positions(path: Path, per_file: int) -> list[Position]:
+    text = path.read_text(encoding="utf-8")
+    return [Position(path.name, text, line, col) for line, col in end_of_line_cursors(text, per_file)]
 
 
 async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> LspClient:

@@ -19,6 +19,7 @@ from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, p
 from completion.postprocess import Cleaned, clean_completion, find_cut, is_single_line, with_eol
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, FimTemplate, load_template
+from engine.kv import common_prefix_len
 from engine.settings import DRAFT_CONTROLS, GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
@@ -107,14 +108,6 @@ class Completion:
     cursor: tuple[int, int] = (0, 0)   # the (clamped) cursor the text belongs to
 
 
-def common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 @dataclass
 class Prompts:
     """What one request sends to the engine, and how it was built (for stats)."""
@@ -135,16 +128,6 @@ class Prompts:
         if self.built_draft_ids is None:
             self.built_draft_ids = self.build_draft()
         return self.built_draft_ids
-
-
-def tokens_behind(bytes_of, token_ids: list[int], text: str) -> int:
-    """How many of the generated tokens it took to write `text`, the start of their text."""
-    need, have = len(text.encode("utf-8")), 0
-    for n, t in enumerate(token_ids):
-        if have >= need:
-            return n
-        have += len(bytes_of([t]))
-    return len(token_ids)
 
 
 class CompletionPipeline:
@@ -283,8 +266,8 @@ class CompletionPipeline:
         shared = common_prefix_len(prev, prompts.target_ids) if prev else 0
         self._last_prompt[uri] = prompts.target_ids
         stats = result.stats.as_dict()
-        shown = tokens_behind(self.engine.target.vocab.bytes_of, result.token_ids,
-                              result.text[:cleaned.source_chars] if cleaned else "")
+        shown_text = result.text[:cleaned.source_chars] if cleaned else ""
+        shown = self.engine.target.vocab.tokens_covering(result.token_ids, len(shown_text.encode("utf-8")))
         stats.update(stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens, shown_tokens=shown,
                      prompt_tokens=len(prompts.target_ids),
                      draft_prompt_tokens=len(prompts.built_draft_ids or ()),   # 0: the draft model was not used

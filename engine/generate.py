@@ -84,13 +84,12 @@ def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
 
 def _trim_past_stop(cand: list[int], gen_bytes: bytes, vocab, stop_check: StopCheck) -> list[int]:
     """The draft's tokens up to the one that decides the answer: verifying more is wasted work."""
-    stop = stop_check(decode_bytes(gen_bytes + vocab.bytes_of(cand)))
+    text = decode_bytes(gen_bytes + vocab.bytes_of(cand))
+    stop = stop_check(text)
     if stop is None:
         return cand
-    for j in range(1, len(cand) + 1):
-        if len(decode_bytes(gen_bytes + vocab.bytes_of(cand[:j]))) >= stop.chars:
-            return cand[:j]
-    return cand
+    need = len(text[:stop.chars].encode("utf-8")) - len(gen_bytes)
+    return cand[:max(1, vocab.tokens_covering(cand, need))]
 
 
 def _verify(cand: list[int], draft: Draft, logits: torch.Tensor, settings: GenerationSettings,

@@ -55,6 +55,15 @@ class TokenVocab:
     max_token_len: int
     _backend: object = field(repr=False, default=None)
 
+    def tokens_covering(self, ids, n_bytes: int) -> int:
+        """How many of `ids`, from the start, it takes to write their first `n_bytes` bytes."""
+        tb, have = self.token_bytes, 0
+        for n, i in enumerate(ids):
+            if have >= n_bytes:
+                return n
+            have += len(tb[i]) if 0 <= i < len(tb) else 0
+        return len(ids)
+
     def bytes_of(self, ids) -> bytes:
         tb = self.token_bytes
         return b"".join(tb[i] if 0 <= i < len(tb) else b"" for i in ids)

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from bench.end_of_line import end_of_line_cursors
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
 
 OPTS = CompletionOptions(max_new_tokens=48, extra_tokens=0, prefix_tokens=256, suffix_tokens=96)
@@ -28,12 +29,6 @@ def held_out_document() -> str:
     return inspect.getsource(held_out)
 
 
-def end_of_line_positions(doc: str, n: int = 8):
-    lines = doc.split("\n")
-    picked = [i for i, ln in enumerate(lines) if ln.strip() and not ln.strip().startswith(("#", '"', "'"))]
-    step = max(1, len(picked) // n)
-    return [(i, len(lines[i])) for i in picked[::step][:n]]
-
 
 def test_early_stop_shows_the_same_text_and_decodes_less(engines):
     doc = held_out_document()
@@ -43,7 +38,7 @@ def test_early_stop_shows_the_same_text_and_decodes_less(engines):
     reasons = set()
     for draft, engine in engines.items():
         early, late = CompletionPipeline(engine), CompletionPipeline(engine)
-        for line, ch in end_of_line_positions(doc):
+        for line, ch in end_of_line_cursors(doc, 8):
             req = CompletionRequest(uri, doc, line, ch)
             a, b = early.complete(req, OPTS), late.complete(req, LATE)
             assert (a is None) == (b is None), (draft, line)

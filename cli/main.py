@@ -9,6 +9,7 @@ import sys
 from typing import Callable
 
 from bench.replay import main as bench_main
+from cli.distill import distill_main
 from cli.generate import generate_main
 from lsp.arguments import EXIT_USAGE, version_line
 from lsp.cli import complete_main, serve_main
@@ -18,6 +19,7 @@ COMMANDS: dict[str, Callable[[list[str]], int | None]] = {
     "complete": complete_main,
     "serve": serve_main,
     "bench": bench_main,
+    "distill": distill_main,
 }
 
 USAGE = """usage: specfill {generate,complete,serve,bench} [options]

@@ -1,7 +1,7 @@
 """Counters of the completion pipeline, and the one percentile helper the project uses."""
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 
@@ -80,4 +80,115 @@ class PipelineStats:
             "drafted": self.drafted, "accepted": self.accepted, "new_tokens": self.new_tokens,
             "decoded_tokens": self.new_tokens, "shown_tokens": self.shown_tokens,
             "prefill_tokens": self.prefill_tokens, "reused_tokens": self.reused_tokens,
+        }
+
+
+# ---------------------------------------------------------------- what the user did with them
+
+@dataclass
+class _Offer:
+    length: int                # characters (code points) of the suggestion as the server sent it
+    state: str = "offered"     # offered | shown | dismissed | partly | fully
+    accepted: int = 0          # characters the user took, at most `length`
+
+
+_COUNTED = {"shown": "pending", "dismissed": "dismissed", "partly": "accepted_partly",
+            "fully": "accepted_fully"}
+
+
+@dataclass
+class UserAcceptance:
+    """What users did with the suggestions their editor showed, as the editor reports it
+    (specfill/shown, specfill/accepted or the item's accept command, specfill/dismissed).
+
+    Not the draft-token acceptance of speculative decoding (PipelineStats.acceptance_rate),
+    which counts how many drafted tokens the target model kept. Each suggestion counts once,
+    in its latest state: shown and still on screen (pending), dismissed, accepted partly,
+    accepted fully (its last character inserted). Nothing here leaves the machine."""
+
+    max_offers: int = 4096                 # suggestions remembered for later reports
+    pending: int = 0
+    dismissed: int = 0
+    accepted_partly: int = 0
+    accepted_fully: int = 0
+    shown_chars: int = 0
+    accepted_chars: int = 0
+    unknown_reports: int = 0               # reports about ids the server never sent (or forgot)
+    _offers: "OrderedDict[int, _Offer]" = field(default_factory=OrderedDict)
+    _next_id: int = 1
+
+    def offer(self, length: int) -> int:
+        """A suggestion of `length` characters goes to the editor: its id for the reports."""
+        sid = self._next_id
+        self._next_id += 1
+        self._offers[sid] = _Offer(length=length)
+        while len(self._offers) > self.max_offers:
+            self._offers.popitem(last=False)
+        return sid
+
+    def _get(self, sid: int) -> _Offer | None:
+        offer = self._offers.get(sid)
+        if offer is None:
+            self.unknown_reports += 1
+        return offer
+
+    def _move(self, offer: _Offer, state: str) -> None:
+        if offer.state == "offered":
+            self.shown_chars += offer.length
+        else:
+            setattr(self, _COUNTED[offer.state], getattr(self, _COUNTED[offer.state]) - 1)
+        offer.state = state
+        setattr(self, _COUNTED[state], getattr(self, _COUNTED[state]) + 1)
+
+    def on_shown(self, sid: int) -> bool:
+        offer = self._get(sid)
+        if offer is None:
+            return False
+        if offer.state == "offered":
+            self._move(offer, "shown")
+        return True
+
+    def on_accepted(self, sid: int, length: int, full: bool) -> bool:
+        """The user inserted the suggestion's first `length` characters (in all, so far);
+        `full`: up to its end. A report that takes less than an earlier one changes nothing."""
+        offer = self._get(sid)
+        if offer is None:
+            return False
+        length = max(0, min(length, offer.length))
+        if full:
+            length = offer.length
+        if length > offer.accepted:
+            self.accepted_chars += length - offer.accepted
+            offer.accepted = length
+        if offer.accepted >= offer.length:
+            state = "fully"
+        elif offer.accepted > 0:
+            state = "partly"
+        else:
+            state = "shown" if offer.state == "offered" else offer.state
+        if state != offer.state:
+            self._move(offer, state)
+        return True
+
+    def on_dismissed(self, sid: int) -> bool:
+        """The suggestion went away unused (a dismiss key, other typing, leaving insert mode).
+        After a partial accept the suggestion stays counted as partly accepted."""
+        offer = self._get(sid)
+        if offer is None:
+            return False
+        if offer.state in ("offered", "shown"):
+            self._move(offer, "dismissed")
+        return True
+
+    def summary(self) -> dict:
+        shown = self.pending + self.dismissed + self.accepted_partly + self.accepted_fully
+        accepted = self.accepted_partly + self.accepted_fully
+        return {
+            "shown": shown, "acceptedFully": self.accepted_fully,
+            "acceptedPartly": self.accepted_partly, "dismissed": self.dismissed,
+            "pending": self.pending, "rate": _ratio(accepted, shown),
+            "fullRate": _ratio(self.accepted_fully, shown),
+            "shownChars": self.shown_chars, "acceptedChars": self.accepted_chars,
+            "charRate": _ratio(self.accepted_chars, self.shown_chars),
+            "unknownReports": self.unknown_reports,
         }

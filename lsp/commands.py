@@ -7,6 +7,18 @@ from __future__ import annotations
 STATS = "specfill.stats"                     # server, pipeline and model figures (a dict)
 LAST_COMPLETION = "specfill.lastCompletion"  # engine and prompt figures of the latest model run
 RELOAD = "specfill.reload"                   # load the models again (the settings' ones)
+# The command every inline-completion item carries (LSP 3.18: the client runs it when the user
+# accepts the item); arguments: [{"id": suggestion id, "length": characters inserted}].
+ACCEPTED = "specfill.accepted"
 
-ALL = {"stats": STATS, "lastCompletion": LAST_COMPLETION, "reload": RELOAD}
+ALL = {"stats": STATS, "lastCompletion": LAST_COMPLETION, "reload": RELOAD, "accepted": ACCEPTED}
 """Every command, by the short name the VS Code extension uses for it."""
+
+# Notifications a client sends about the suggestions it shows (user acceptance in
+# `specfill.stats`). Params: {"id": the id in the item's command arguments}, and for ACCEPTED_PART
+# also "acceptedLength" (characters inserted so far, in all) and "full" (up to its end).
+SHOWN = "specfill/shown"            # drawn on screen (once per suggestion)
+ACCEPTED_PART = "specfill/accepted"  # accepted in part or (without running the command) in full
+DISMISSED = "specfill/dismissed"    # went away without any of it accepted
+
+NOTIFICATIONS = {"shown": SHOWN, "accepted": ACCEPTED_PART, "dismissed": DISMISSED}

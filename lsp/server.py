@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from lsp import backend, client_log, commands
+from lsp import backend, client_log, commands, telemetry
 from lsp.arguments import SPECFILL_VERSION
 from lsp.config import apply_settings, on_pushed_settings, pull_settings
 from lsp.documents import SpecfillProtocol, document_key
@@ -199,7 +199,16 @@ async def on_inline_completion(ls: SpecfillServer,
         return types.InlineCompletionList(items=[])
     ls.state.stats.completions += 1
     text, rng = result
-    return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=text, range=rng)])
+    return types.InlineCompletionList(items=[inline_item(ls, text, rng)])
+
+
+def inline_item(ls: SpecfillServer, text: str, rng: types.Range) -> types.InlineCompletionItem:
+    """An item whose command the client runs when the user accepts it whole (LSP 3.18); its
+    id is also what the client's specfill/shown, /accepted and /dismissed reports name."""
+    sid = ls.state.user.offer(len(text))
+    accepted = types.Command(title="specfill: accepted", command=commands.ACCEPTED,
+                             arguments=[{"id": sid, "length": len(text)}])
+    return types.InlineCompletionItem(insert_text=text, range=rng, command=accepted)
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
@@ -228,6 +237,27 @@ def cmd_stats(ls: SpecfillServer, *args) -> dict:
 @server.command(commands.LAST_COMPLETION)
 def cmd_last_completion(ls: SpecfillServer, *args) -> dict:
     return last_completion_stats(ls)
+
+
+@server.command(commands.ACCEPTED)
+def cmd_accepted(ls: SpecfillServer, *args) -> dict:
+    return telemetry.accept_command(ls.state.user, list(args))
+
+
+# User acceptance reports: plain (synchronous) handlers, see lsp/documents.py on why.
+@server.feature(commands.SHOWN)
+def on_shown(ls: SpecfillServer, params: Any) -> None:
+    telemetry.safely(commands.SHOWN, telemetry.report, ls.state.user, "shown", params)
+
+
+@server.feature(commands.ACCEPTED_PART)
+def on_accepted(ls: SpecfillServer, params: Any) -> None:
+    telemetry.safely(commands.ACCEPTED_PART, telemetry.report, ls.state.user, "accepted", params)
+
+
+@server.feature(commands.DISMISSED)
+def on_dismissed(ls: SpecfillServer, params: Any) -> None:
+    telemetry.safely(commands.DISMISSED, telemetry.report, ls.state.user, "dismissed", params)
 
 
 @server.command(commands.RELOAD)
@@ -261,6 +291,9 @@ def stats_report(ls: SpecfillServer) -> dict:
             pipeline_stats = {"error": f"{type(exc).__name__}: {exc}"}
     return {
         "pipeline": pipeline_stats,
+        # What users did with the suggestions shown (editor reports), not draft-token
+        # acceptance (pipeline.acceptance_rate).
+        "userAcceptance": state.user.summary(),
         "server": asdict(state.stats),
         "models": {"targetModel": state.settings.targetModel, "draftModel": state.settings.draftModel,
                    "loaded": state.backend is not None, "loading": state.loading},

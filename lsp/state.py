@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
+from completion.stats import UserAcceptance
 from lsp.backend import Backend
 from lsp.settings import Settings
 
@@ -48,6 +49,7 @@ class ServerState:
     inflight: dict = field(default_factory=dict)      # uri -> threading.Event, oldest first
     oversized: set = field(default_factory=set)       # uris of documents too large to keep
     stats: ServerStats = field(default_factory=ServerStats)
+    user: UserAcceptance = field(default_factory=UserAcceptance)   # what users did with them
     # The engine is not thread-safe and keeps KV caches between requests: all torch work
     # (loading, completing, warm-up) runs on this one thread.
     worker: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(

@@ -4,4 +4,5 @@ export const SERVER_COMMANDS = {
   stats: "specfill.stats",
   lastCompletion: "specfill.lastCompletion",
   reload: "specfill.reload",
+  accepted: "specfill.accepted",
 } as const;

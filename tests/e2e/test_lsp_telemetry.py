@@ -1,0 +1,132 @@
+"""User acceptance over the wire: the real server over stdio (pytest-lsp, tiny model pair) gets
+the editor's specfill/shown, specfill/accepted and specfill/dismissed reports and the items'
+`specfill.accepted` command, and `specfill.stats` counts them apart from draft-token acceptance."""
+from __future__ import annotations
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from lsp import commands
+from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, init_params, inline, items,
+                                   make_client, open_doc, stats, tiny_options, wait_loaded,
+                                   wait_until)
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+
+DOC = "import os\n\n\ndef add(a, b):\n    \n\n\ndef read(path):\n    with open(path) as f:\n        \n"
+DOC_URI = "file:///work/telemetry.py"
+POSITIONS = [(4, 4), (9, 8), (3, 0), (8, 4), (0, 9), (7, 0)]
+
+
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
+    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
+async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(init_params(tiny_options(maxNewTokens=16)))
+    await wait_loaded(lsp_client)
+    open_doc(lsp_client, DOC_URI, DOC)
+    yield lsp_client
+    await lsp_client.shutdown_session()
+
+
+async def suggestions(client, count: int) -> list[types.InlineCompletionItem]:
+    """`count` non-empty items from different places of the document."""
+    found = []
+    for line, character in POSITIONS:
+        found += items(await inline(client, DOC_URI, line, character))
+        if len(found) >= count:
+            return found[:count]
+    raise AssertionError(f"only {len(found)} non-empty suggestions at {POSITIONS}")
+
+
+def suggestion_id(item: types.InlineCompletionItem) -> int:
+    assert item.command is not None and item.command.command == commands.ACCEPTED
+    (args,) = item.command.arguments
+    assert args["length"] == len(item.insert_text)
+    return args["id"]
+
+
+def notify(client, method: str, params) -> None:
+    client.protocol.notify(method, params)
+
+
+async def user_acceptance(client, until=lambda u: True) -> dict:
+    """The userAcceptance figures once `until` holds (notifications have no answer to await)."""
+    latest = {}
+
+    async def poll():
+        latest.update((await stats(client))["userAcceptance"])
+        return until(latest)
+
+    for _ in range(500):
+        if await poll():
+            return latest
+    raise AssertionError(f"userAcceptance never got there: {latest}")
+
+
+async def test_reports_and_the_accept_command_count_once_per_suggestion(client):
+    whole, part, dropped, ignored = await suggestions(client, 4)
+    ids = [suggestion_id(i) for i in (whole, part, dropped, ignored)]
+    assert len(set(ids)) == 4
+    before = await user_acceptance(client)
+    assert before["shown"] == 0 and before["rate"] == 0.0
+
+    for sid in ids[:3]:
+        notify(client, commands.SHOWN, {"id": sid})
+        notify(client, commands.SHOWN, {"id": sid})   # drawn again: still one suggestion
+    u = await user_acceptance(client, lambda u: u["shown"] == 3)
+    assert (u["pending"], u["shownChars"]) == (3, sum(len(i.insert_text) for i in (whole, part, dropped)))
+
+    # A full accept is the item's own command, as the client runs it (LSP 3.18).
+    reply = await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command=whole.command.command, arguments=whole.command.arguments))
+    assert reply == {"id": ids[0]}
+    # A partial accept, then the rest dismissed: it stays accepted in part.
+    taken = max(1, len(part.insert_text) // 2)
+    notify(client, commands.ACCEPTED_PART, {"id": ids[1], "acceptedLength": taken, "full": False})
+    notify(client, commands.DISMISSED, {"id": ids[1]})
+    notify(client, commands.DISMISSED, {"id": ids[2]})
+    u = await user_acceptance(client, lambda u: u["dismissed"] == 1 and u["acceptedPartly"] == 1)
+    assert u == {
+        "shown": 3, "acceptedFully": 1, "acceptedPartly": 1, "dismissed": 1, "pending": 0,
+        "rate": round(2 / 3, 4), "fullRate": round(1 / 3, 4),
+        "shownChars": u["shownChars"], "acceptedChars": len(whole.insert_text) + taken,
+        "charRate": round((len(whole.insert_text) + taken) / u["shownChars"], 4),
+        "unknownReports": 0}
+
+    # An accept that was never reported shown counts as shown too; accepting the rest of the
+    # part-accepted one makes it a full accept.
+    notify(client, commands.ACCEPTED_PART, {"id": ids[3], "acceptedLength": 1})
+    notify(client, commands.ACCEPTED_PART, {"id": ids[1], "acceptedLength": len(part.insert_text)})
+    u = await user_acceptance(client, lambda u: u["shown"] == 4 and u["acceptedFully"] == 2)
+    assert (u["acceptedPartly"], u["dismissed"], u["rate"]) == (1, 1, 0.75)
+    # Draft-token acceptance is the pipeline's own figure, under another name.
+    s = await stats(client)
+    assert "acceptance_rate" in s["pipeline"] and "rate" not in s["pipeline"]
+
+
+async def test_malformed_reports_are_one_log_line_and_change_nothing(client):
+    (item,) = await suggestions(client, 1)
+    sid = suggestion_id(item)
+    before = await user_acceptance(client)
+    for method, params in ((commands.SHOWN, {}), (commands.SHOWN, {"id": "seven"}),
+                           (commands.ACCEPTED_PART, {"id": sid, "acceptedLength": -2}),
+                           (commands.ACCEPTED_PART, {"id": sid, "acceptedLength": 3, "full": "yes"}),
+                           (commands.DISMISSED, [sid])):
+        notify(client, method, params)
+    notify(client, commands.DISMISSED, {"id": 10 ** 9})   # well-formed, but no such suggestion
+    after = await user_acceptance(client, lambda u: u["unknownReports"] == before["unknownReports"] + 1)
+    assert {k: v for k, v in after.items() if k != "unknownReports"} == {
+        k: v for k, v in before.items() if k != "unknownReports"}
+    await wait_until(lambda: sum("ignored specfill/" in m.message for m in client.log_messages) >= 5,
+                     30, "a warning per malformed report")
+    warnings = [m for m in client.log_messages if "ignored specfill/" in m.message]
+    assert all(m.type == types.MessageType.Warning and "\n" not in m.message for m in warnings)
+    assert any("id must be a non-negative integer, got 'seven'" in m.message for m in warnings)
+    # The command refuses bad arguments with an error answer, and the server goes on.
+    with pytest.raises(Exception, match="specfill.accepted takes one argument"):
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command=commands.ACCEPTED, arguments=[]))
+    assert items(await inline(client, DOC_URI, *POSITIONS[0])) is not None
+    assert (await user_acceptance(client))["shown"] == before["shown"]

@@ -156,11 +156,18 @@ class ModelDrafter:
 class TextDrafter:
     """A draft model with ANOTHER tokenizer (universal assisted generation).
 
-    The continuation is shared as bytes. The draft keeps its own prompt and KV session;
-    accepted bytes are re-tokenized for the draft, draft tokens become bytes, and those are
-    re-tokenized for the target with a lookbehind. The last draft token before the shared
-    text ends is held back as a byte constraint ("token healing"): a text ending in "\n"
-    lets the draft pick its merged "\n    " token instead of being stuck after a cut one.
+    The continuation is shared as bytes. The draft keeps its own prompt and KV session, and
+    its own tokens for the text it drafted and the target accepted; the rest of the shared
+    text (the target's own tokens) is re-tokenized for the draft in context, and draft tokens
+    become bytes that are re-tokenized for the target with a lookbehind.
+
+    Token healing, only where the two tokenizations really differ: when the draft's last
+    token of the shared text spans other bytes than the target's last token, it is held back
+    as a byte constraint the draft must re-produce (a text ending in "\n" lets the draft pick
+    its merged "\n    " token instead of being stuck after a cut one). Where they span the
+    same bytes, the target has committed to that boundary and the draft commits with it, so
+    it continues the way the target will (after a trailing-indent token, " return", not
+    "return"). The healed token is one of the round's k draft steps, never an extra one.
     """
     kind = "text"
 
@@ -189,25 +196,30 @@ class TextDrafter:
     def clear(self) -> None:
         self.pool.clear()
 
+    def _differs(self, draft_id: int, target_id: int | None) -> bool:
+        """Does the draft's last token end the shared text differently from the target's?"""
+        if not self.heal or draft_id in self.dv.special_ids:
+            return False
+        if target_id is None or target_id in self.tv.special_ids:
+            return False
+        return self.dv.token_bytes[draft_id] != self.tv.token_bytes[target_id]
+
     def begin(self, target_prompt, draft_prompt=None) -> tuple[int, int]:
         if draft_prompt is None:
             raise ValueError("a draft model with another tokenizer needs its own prompt (draft_ids)")
         prompt = list(draft_prompt)
         held = b""
-        # Heal: hold back the prompt's last text token as bytes the draft must re-produce,
-        # so it may choose a longer merged token (e.g. "\n" + indent) across the boundary.
-        if self.heal and len(prompt) > 1 and prompt[-1] not in self.dv.special_ids:
+        if len(prompt) > 1 and self._differs(prompt[-1], target_prompt[-1] if target_prompt else None):
             held = self.dv.token_bytes[prompt.pop()]
         self.prompt = prompt
         self.held = held                  # bytes in front of the shared continuation
         self.cont: list[int] = []         # draft ids covering a prefix of held + continuation
-        self.cont_bytes = b""
         self.session = self.pool.session_for(self.prompt)
         return self.session.sync(self.prompt[:-1]) if len(self.prompt) > 1 else (0, 0)
 
-    def _sync(self, shared: bytes) -> bytes:
+    def _sync(self, shared: bytes, target_last: int | None) -> bytes:
         """Align the draft's ids with the shared bytes; return the pending bytes the next
-        draft token must start with."""
+        draft token must start with (a healed token, or bytes no draft token sequence writes)."""
         tb = self.dv.token_bytes
         kept, pos = 0, 0
         for tid in self.cont:
@@ -218,16 +230,15 @@ class TextDrafter:
             kept += 1
         del self.cont[kept:]
         rest = shared[pos:]
-        if rest:
-            ids, leftover = self.dv.encode_continuation(self.prompt + self.cont, rest)
-            if ids and not self.heal:
-                self.cont.extend(ids)
-                return leftover
-            if ids:
-                self.cont.extend(ids[:-1])
-                return tb[ids[-1]] + leftover
-            return rest
-        return b""
+        if not rest:      # the draft's own tokens write the text: nothing to heal
+            return b""
+        ids = self.dv.continuation_ids(self.prompt + self.cont, rest)
+        written = len(self.dv.bytes_of(ids))
+        if ids and written == len(rest) and self._differs(ids[-1], target_last):
+            written -= len(tb[ids[-1]])
+            ids.pop()
+        self.cont.extend(ids)
+        return rest[written:]
 
     def _mask_for(self, pending: bytes, vocab_size: int) -> torch.Tensor | None:
         """Bool mask of the tokens compatible with the pending bytes: tokens that start with
@@ -247,14 +258,14 @@ class TextDrafter:
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         tb = self.dv.token_bytes
-        pending = self._sync(self.held + generated)
+        pending = self._sync(self.held + generated, seq[-1] if seq else None)
         base = self.prompt + self.cont
         before = self.session.forward_calls
         new = b""
         drafted: list[int] = []
-        steps = k + (1 if pending else 0)
         logits = self.session.advance(base, 1)[-1]
-        for step in range(steps):
+        step = 0
+        while True:
             if pending:
                 mask = self._mask_for(pending, logits.shape[-1])
                 if mask is None:
@@ -271,12 +282,13 @@ class TextDrafter:
                 take = min(len(pending), len(b))
                 pending, b = pending[take:], b[take:]
             new += b
-            if step == steps - 1 or (not pending and conf < sampling.confidence):
+            step += 1
+            # k steps, the healed one among them; one more only if those wrote nothing new
+            if step >= k and (new or step > k) or (new and not pending and conf < sampling.confidence):
                 break
             logits = self.session.advance(base + drafted, 1)[-1]
         self.draft_calls += self.session.forward_calls - before
         self.cont.extend(drafted)
         if not new:
             return Draft([])
-        tokens, _ = self.tv.encode_continuation(seq, new)
-        return Draft(tokens[:k])
+        return Draft(self.tv.continuation_ids(seq, new)[:k])

@@ -54,6 +54,7 @@ class TokenVocab:
     bytes_to_id: dict[bytes, int]
     max_token_len: int
     _backend: object = field(repr=False, default=None)
+    dummy_prefix: bool = False    # encoding text puts a space in front (SentencePiece "▁")
 
     def tokens_covering(self, ids, n_bytes: int) -> int:
         """How many of `ids`, from the start, it takes to write their first `n_bytes` bytes."""
@@ -105,13 +106,21 @@ class TokenVocab:
         while lb and _is_continuation_byte(lb[:1]):
             lb = lb[1:]
         full = lb + new
+        valid = _text_prefix_len(full[:_complete_utf8_len(full)])
+        if valid < len(lb):   # the context ends in bytes that are not text: look behind up to them
+            lb = lb[:valid]
+        if not lb and self.dummy_prefix:
+            # After a special token (or at the start) the text is written without the
+            # SentencePiece dummy space: encode behind a newline, which no piece merges with.
+            lb = b"\n"
+        full = lb + new
         cut = _complete_utf8_len(full)
         if cut <= len(lb):
             return [], new
         try:
             text = full[:cut].decode("utf-8")
         except UnicodeDecodeError:
-            return [], new  # invalid bytes (a model emitted junk): propose nothing
+            return [], new  # invalid bytes: continuation_ids writes them with byte tokens
         ids = self.encode_text(text)
         got = self.bytes_of(ids)
         extra = len(got) - cut  # some tokenizers prepend a space (SentencePiece dummy prefix)
@@ -129,9 +138,50 @@ class TokenVocab:
             pos = end
         return [], full[cut:]
 
+    def continuation_ids(self, context_ids: list[int], new: bytes) -> list[int]:
+        """Ids that write exactly the bytes `new` after `context_ids`: text as the tokenizer
+        writes it in context, and bytes that are not (yet) valid UTF-8 (half a character, a
+        model's junk) with the vocabulary's byte pieces (byte fallback `<0xE4>`, byte-level
+        single bytes), as a model would have produced them. Stops early only at a byte no
+        token can write."""
+        ctx = list(context_ids)
+        ids: list[int] = []
+        while new:
+            end = _text_prefix_len(new)
+            if end:
+                got, _ = self.encode_continuation(ctx + ids, new[:end])
+                if not got:   # a normalizer would change this text: write it piece by piece
+                    got = self.longest_match(new[:end])
+            else:
+                got = self.longest_match(new[:_raw_prefix_len(new)])
+            if not got:
+                break
+            ids += got
+            new = new[len(self.bytes_of(got)):]
+        return ids
+
 
 def _is_continuation_byte(b: bytes) -> bool:
     return bool(b) and 0x80 <= b[0] < 0xC0
+
+
+def _text_prefix_len(data: bytes) -> int:
+    """Length of the longest prefix of `data` made of complete, valid UTF-8 characters."""
+    try:
+        data.decode("utf-8")
+        return len(data)
+    except UnicodeDecodeError as e:
+        return e.start
+
+
+def _raw_prefix_len(data: bytes) -> int:
+    """Length of the leading bytes of `data` that are not text: an invalid byte, or an
+    unfinished character (at least 1)."""
+    try:
+        data.decode("utf-8")
+        return len(data)
+    except UnicodeDecodeError as e:
+        return max(1, e.end) if e.start == 0 else e.start
 
 
 def _complete_utf8_len(data: bytes) -> int:
@@ -190,6 +240,8 @@ def build_vocab(tokenizer) -> TokenVocab:
         plain.encode_special_tokens = True  # sentinel text in user code is just text
         plain.no_truncation()
         plain.no_padding()
-    return TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
-                      bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
-                      _backend=plain)
+    vocab = TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
+                       bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
+                       _backend=plain)
+    vocab.dummy_prefix = vocab.bytes_of(vocab.encode_text("a")) == b" a"
+    return vocab

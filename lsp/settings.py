@@ -23,12 +23,14 @@ from typing import Any
 
 from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
+from engine.remote import BACKENDS
 from engine.settings import DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
 MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens",
-              "kvReuse", "promptLookup")
+              "kvReuse", "promptLookup", "backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle",
+              "connectTimeoutMs", "readTimeoutMs")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
 
 
@@ -46,8 +48,13 @@ def _quoted(names) -> str:
     return ", ".join(f"`{n}`" for n in names)
 
 
-def _setting(default: Any, description: str, allowed: str, **extra: Any) -> Any:
-    return field(default=default, metadata={"description": description, "allowed": allowed, **extra})
+def _setting(default: Any, description: str, allowed: str, secret: bool = False, **extra: Any) -> Any:
+    # A secret stays out of repr (the settings are logged) and out of to_dict (specfill.stats).
+    return field(default=default, repr=not secret,
+                 metadata={"description": description, "allowed": allowed, "secret": secret, **extra})
+
+
+SECRET_SHOWN_AS = "(set)"
 
 
 @dataclass(frozen=True)
@@ -57,8 +64,9 @@ class Settings:
     enable: bool = _setting(True, "Offer completions at all.", "true or false")
     targetModel: str = _setting(
         "default", "The model whose output you get: `default` (the shipped pair), a Hugging Face "
-        "hub id (must already be in the local cache) or a local directory.",
-        "`default`, hub id or local path")
+        "hub id (must already be in the local cache), a local directory, or the `http(s)://` URL "
+        "of a server that runs it (llama.cpp, vLLM, TGI, Ollama; see `backend`).",
+        "`default`, hub id, local path or URL")
     draftModel: str = _setting(
         "default", "The small model that proposes tokens for the target to verify: `default`, a "
         "hub id, a local directory, `ngram` (prompt lookup, no model) or `none` (plain decoding).",
@@ -134,6 +142,30 @@ class Settings:
     maxDocumentChars: int = _setting(
         2_000_000, "Documents longer than this (characters) get no completions and are not kept "
         "in memory.", f"integer 1000-{MAX_DOCUMENT_CHARS}", min=1000, max=MAX_DOCUMENT_CHARS)
+    backend: str = _setting(
+        "auto", "How to talk to a remote `targetModel` (a URL): `llamacpp` (llama.cpp's `/infill`, "
+        "the server builds the FIM prompt), `openai` (`/v1/completions` with the prompt built by "
+        "specfill, for vLLM, TGI, Ollama) or `auto` (ask the server).",
+        _quoted(BACKENDS), choices=BACKENDS)
+    apiKey: str = _setting(
+        "", "API key sent to a remote `targetModel` (as `Authorization: Bearer`); never logged or "
+        "shown in stats. Prefer `apiKeyEnv`.", "a string (empty: none)", secret=True, empty=True)
+    apiKeyEnv: str = _setting(
+        "", "Name of an environment variable of the server process that holds the API key (used "
+        "when `apiKey` is empty).", "an environment variable name (empty: none)", empty=True,
+        pattern=r"^$|^[A-Za-z_][A-Za-z0-9_]*$", keep_case=True)
+    verifyTls: bool = _setting(
+        True, "Check a remote `https://` server's certificate; off only for a test server.",
+        "true or false")
+    caBundle: str = _setting(
+        "", "A CA bundle file (PEM) to check a remote server's certificate against, for a "
+        "private CA.", "a file path (empty: the system's CAs)", empty=True)
+    connectTimeoutMs: int = _setting(
+        3000, "Longest wait to connect to a remote `targetModel`.", "integer 100-60000",
+        min=100, max=60000)
+    readTimeoutMs: int = _setting(
+        30000, "Longest wait for the next part of a remote answer.", "integer 100-600000",
+        min=100, max=600000)
     trustRemoteCode: bool = _setting(
         False, "Allow model repositories to run their own Python code when loading. Off unless "
         "you trust the model's source.", "true or false")
@@ -142,7 +174,11 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        for name, f in FIELDS.items():
+            if f.metadata.get("secret") and d[name]:
+                d[name] = SECRET_SHOWN_AS
+        return d
 
     def model_key(self) -> tuple:
         """What identifies the loaded models: a change here means a reload."""
@@ -193,23 +229,29 @@ def _check_value(name: str, value: Any) -> Any:
             raise SettingsError(name, value, allowed)
         return float(value)
     # strings
+    shown = SECRET_SHOWN_AS if meta.get("secret") else value   # an error message never holds a key
+    if meta.get("empty") and isinstance(value, str) and not value.strip():
+        return ""
     if not isinstance(value, str) or not value.strip() or "\x00" in value:
-        raise SettingsError(name, value, allowed)
+        raise SettingsError(name, shown, allowed)
     value = value.strip()
     if "choices" in meta:
         if value.lower() not in meta["choices"]:
             raise SettingsError(name, value, allowed)
         return value.lower()
     if "pattern" in meta:
-        if not re.fullmatch(meta["pattern"], value.lower()):
+        if not re.fullmatch(meta["pattern"], value if meta.get("keep_case") else value.lower()):
             raise SettingsError(name, value, allowed)
-        return value.lower()
+        return value if meta.get("keep_case") else value.lower()
     if name in ("targetModel", "draftModel"):
         low = value.lower()
         if low in ("default", "ngram", "none"):
             if name == "targetModel" and low in ("ngram", "none"):
-                raise SettingsError(name, value, "`default`, hub id or local path")
+                raise SettingsError(name, value, "`default`, hub id, local path or URL")
             return low
+        if name == "draftModel" and low.startswith(("http://", "https://")):
+            raise SettingsError(name, value, "`default`, hub id, local path, `ngram`, `none` "
+                                             "(a remote server runs its own drafting)")
     return value
 
 

@@ -25,8 +25,9 @@ M.defaults = {
   --       Offer completions at all. Allowed: true or false.
   --   targetModel = "default"
   --       The model whose output you get: `default` (the shipped pair), a Hugging Face hub id (must
-  --       already be in the local cache) or a local directory. Allowed: `default`, hub id or local
-  --       path.
+  --       already be in the local cache), a local directory, or the `http(s)://` URL of a server
+  --       that runs it (llama.cpp, vLLM, TGI, Ollama; see `backend`). Allowed: `default`, hub id,
+  --       local path or URL.
   --   draftModel = "default"
   --       The small model that proposes tokens for the target to verify: `default`, a hub id, a
   --       local directory, `ngram` (prompt lookup, no model) or `none` (plain decoding). Allowed:
@@ -98,6 +99,27 @@ M.defaults = {
   --   maxDocumentChars = 2000000
   --       Documents longer than this (characters) get no completions and are not kept in memory.
   --       Allowed: integer 1000-8000000.
+  --   backend = "auto"
+  --       How to talk to a remote `targetModel` (a URL): `llamacpp` (llama.cpp's `/infill`, the
+  --       server builds the FIM prompt), `openai` (`/v1/completions` with the prompt built by
+  --       specfill, for vLLM, TGI, Ollama) or `auto` (ask the server). Allowed: `auto`, `llamacpp`,
+  --       `openai`.
+  --   apiKey = ""
+  --       API key sent to a remote `targetModel` (as `Authorization: Bearer`); never logged or
+  --       shown in stats. Prefer `apiKeyEnv`. Allowed: a string (empty: none).
+  --   apiKeyEnv = ""
+  --       Name of an environment variable of the server process that holds the API key (used when
+  --       `apiKey` is empty). Allowed: an environment variable name (empty: none).
+  --   verifyTls = true
+  --       Check a remote `https://` server's certificate; off only for a test server. Allowed: true
+  --       or false.
+  --   caBundle = ""
+  --       A CA bundle file (PEM) to check a remote server's certificate against, for a private CA.
+  --       Allowed: a file path (empty: the system's CAs).
+  --   connectTimeoutMs = 3000
+  --       Longest wait to connect to a remote `targetModel`. Allowed: integer 100-60000.
+  --   readTimeoutMs = 30000
+  --       Longest wait for the next part of a remote answer. Allowed: integer 100-600000.
   --   trustRemoteCode = false
   --       Allow model repositories to run their own Python code when loading. Off unless you trust
   --       the model's source. Allowed: true or false.

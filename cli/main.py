@@ -27,7 +27,7 @@ USAGE = """usage: specfill {generate,complete,serve,bench} [options]
   generate  continue a prompt file (speculative decoding)
   complete  ghost text for FILE:LINE:COL, as the editor would get it
   serve     language server (stdio, or --tcp HOST:PORT)
-  bench     keystroke-replay latency benchmark
+  bench     keystroke-replay latency benchmark (--suite: every workload, draft configurations side by side)
 Run specfill COMMAND --help for a command's options."""
 
 

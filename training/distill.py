@@ -1,116 +1,321 @@
-"""Sequence-level distillation for the draft: continue its training on text the target writes.
+"""Distill a draft model on its target's own completions of your code (`specfill distill`).
 
-The draft is only useful where it predicts the TARGET's greedy choice, not the corpus. So we
-let the trained target complete prompts cut from the training corpus, exactly as at inference
-(FIM prompts ending at ▁<MID> in PSM and SPM order, and left-to-right prefixes), greedily, and
-train the draft on those completions written in its own StarCoder format, mixed with the ordinary
-corpus stream so it does not forget; the loss counts only the target-written tokens of those. Called from training/train.py
-(--distill-minutes); a control run continues the draft for the same time on the corpus only,
-so the acceptance gain is not just "more training".
+    specfill distill --target T --draft D --code DIR --out OUT [--minutes 30]
+    python -m training.distill  (same options)
+
+1. Split the source files under --code into training and held-out files (seeded hash of the path;
+   or --eval-code names the held-out files).
+2. Data (on-policy): the target greedily completes editor positions of the training files (cursor
+   at the end of a code line, on a fresh indented line, after a word mid-line: FIM in the layouts
+   its template supports; and left to right), each prompt in the target's own format. The text it
+   writes is put after the same position in the draft's own format.
+3. Training: the draft learns to write what the target wrote (sequence-level distillation: works
+   across tokenizers); when both share one vocabulary, also token-level KL to the target's logits.
+4. Report: held-out acceptance (k = 4) and tokens per target call of the draft before and after,
+   through the real engine, both measured in one run.
+
+Seeded. Time-bounded (--minutes, or --gen-minutes/--train-minutes) and resumable: samples and a
+training checkpoint live in --work (default OUT.work); the same command continues them.
 """
 from __future__ import annotations
 
+import argparse
+import json
+import math
 import os
-import random
+import sys
 import time
+from dataclasses import asdict, dataclass
 
-import torch
-
-from training.corpus import choose_fim_span, encoder, fim_format, fim_prompt_ids, split_into_chunks
-
-PROMPT_CHARS = 800       # prompt context cut from a training chunk
-CONTINUE_TOKENS = 48     # target tokens generated per prompt
-BATCH = 16
-KD_SHARE = 0.25          # fraction of draft training tokens that are target completions (rest: corpus)
+DEFAULT_KINDS = {"eol": 0.3, "fresh": 0.3, "mid": 0.2, "l2r": 0.2}
+EVAL_KINDS = ("eol", "fresh")
 
 
-def _prompts(texts: list[str], seed: int, chunk_chars: int):
-    """Endless seeded (kind, prefix, suffix) prompts: half FIM (PSM/SPM), half left-to-right."""
-    rng = random.Random(seed)
-    while True:
-        text = rng.choice(texts)
-        chunk = rng.choice(split_into_chunks(text, chunk_chars))
-        if len(chunk) < 50:
-            continue
-        if rng.random() < 0.5:
-            span = choose_fim_span(chunk, rng)
-            kind = "spm" if rng.random() < 0.5 else "psm"
-            yield kind, span.prefix[-PROMPT_CHARS:], span.suffix[:PROMPT_CHARS // 2]
-        else:
-            cut = chunk.find("\n", rng.randrange(len(chunk))) + 1 or len(chunk)
-            yield "l2r", chunk[:cut][-PROMPT_CHARS:], ""
+@dataclass
+class DistillSettings:
+    """Training knobs (the budgets come from the command line)."""
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    batch_size: int = 16          # examples per step
+    grad_clip: float = 1.0
+    prompt_weight: float = 0.0    # loss weight of the prompt's own tokens (the user's code) vs the answer's 1
+    kd_weight: float = 0.5        # same vocabulary: share of the loss that is KL to the target's logits
+    checkpoint_minutes: float = 2.0
+    log_every: int = 20
 
 
-@torch.no_grad()
-def generate_samples(target, tok, texts: list[str], seed: int, minutes: float, chunk_chars: int,
-                     device: str) -> list[tuple[str, str, str, str, bool]]:
-    """(kind, prefix, suffix, target's greedy continuation, whether it stopped) for as many
-    prompts as fit in minutes."""
-    fmt, enc = fim_format(tok), encoder(tok)
-    stop = {fmt.fim_end, fmt.end}
-    target.eval().to(device)
-    prompts = _prompts(texts, seed, chunk_chars)
-    samples, t0, generated = [], time.time(), 0
-    while time.time() - t0 < minutes * 60:
-        batch = [next(prompts) for _ in range(BATCH)]
-        ids = []
-        for kind, prefix, suffix in batch:
-            if kind == "l2r":
-                ids.append([*fmt.start, *enc(prefix)])
-            else:
-                ids.append(fim_prompt_ids(fmt, enc, prefix, suffix, kind == "spm"))
-        width = max(map(len, ids))
-        pad = tok.eos_token_id
-        x = torch.tensor([[pad] * (width - len(r)) + r for r in ids], device=device)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in ids], device=device)
-        out = target.generate(input_ids=x, attention_mask=mask, max_new_tokens=CONTINUE_TOKENS,
-                              do_sample=False, eos_token_id=sorted(stop), pad_token_id=pad)
-        for (kind, prefix, suffix), row in zip(batch, out[:, width:].tolist()):
-            ended = False
-            for j, t in enumerate(row):
-                if t in stop:
-                    row, ended = row[:j], True
-                    break
-            generated += len(row)
-            samples.append((kind, prefix, suffix, tok.decode(row), ended))
-    print(f"[distill] {len(samples)} target samples, {generated:,} generated tokens in "
-          f"{(time.time() - t0) / 60:.1f} min", flush=True)
-    return samples
+def parse_args(argv, prog: str) -> argparse.Namespace:
+    from lsp.arguments import OneLineParser, number
+
+    p = OneLineParser(prog=prog, description="Distill a draft model on its target's completions of your code "
+                                             "and report held-out acceptance before and after.")
+    p.add_argument("--target", default="default", help="hub id, local dir, or 'default'")
+    p.add_argument("--draft", default="default", help="the draft to start from: hub id, local dir, or 'default'")
+    p.add_argument("--code", action="append", required=True, help="folder of your source files (repeatable)")
+    p.add_argument("--out", required=True, help="folder for the distilled draft")
+    p.add_argument("--work", default=None, help="samples and checkpoints (default: OUT.work); rerun to resume")
+    p.add_argument("--eval-code", action="append", default=None,
+                   help="held-out folder(s) to evaluate on instead of a split of --code")
+    p.add_argument("--ext", action="append", default=None, help="file endings to read (default .py)")
+    p.add_argument("--held-out", type=number(float, 0, 1, low_open=True), default=0.15,
+                   help="share of --code files held out for the report")
+    p.add_argument("--minutes", type=number(float, 0), default=30.0,
+                   help="total budget: 2/3 writing target data, 1/3 training (evaluation comes on top)")
+    p.add_argument("--gen-minutes", type=number(float, 0), default=None)
+    p.add_argument("--train-minutes", type=number(float, 0), default=None)
+    p.add_argument("--max-samples", type=number(int, 0), default=0, help="stop writing data after this many (0 = time)")
+    p.add_argument("--max-steps", type=number(int, 0), default=0, help="stop training after this many steps (0 = time)")
+    p.add_argument("--new-tokens", type=number(int, 1), default=32, help="target tokens per sample")
+    p.add_argument("--gen-batch", type=number(int, 1), default=16)
+    p.add_argument("--batch-size", type=number(int, 1), default=DistillSettings.batch_size)
+    p.add_argument("--lr", type=number(float, 0, low_open=True), default=DistillSettings.lr)
+    p.add_argument("--eval-positions", type=number(int, 0), default=24, help="held-out positions per kind")
+    p.add_argument("--eval-tokens", type=number(int, 1), default=32, help="new tokens per evaluation request")
+    p.add_argument("--draft-length", type=number(int, 1), default=4, help="k of the report")
+    p.add_argument("--out-dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                   help="weights' dtype on disk (auto: as the draft was stored)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = torch default)")
+    args = p.parse_args(argv)
+    gen = args.gen_minutes if args.gen_minutes is not None else args.minutes * 2 / 3
+    train = args.train_minutes if args.train_minutes is not None else args.minutes / 3
+    args.gen_minutes, args.train_minutes = gen, train
+    args.work = args.work or args.out.rstrip("/\\") + ".work"
+    args.ext = tuple(args.ext or (".py",))
+    return args
 
 
-def draft_stream_from_samples(samples, draft_tok) -> tuple[list[int], list[int]]:
-    """The target's completions written in the draft's StarCoder format, and a loss mask that is
-    1 on the target-written tokens only (the prompts are corpus text)."""
-    fmt, enc = fim_format(draft_tok), encoder(draft_tok)
-    stream: list[int] = []
-    mask: list[int] = []
-    for kind, prefix, suffix, middle, ended in samples:
-        # The end token only where the target itself stopped, so the draft learns when it stops.
-        end = [fmt.end if kind == "l2r" else fmt.fim_end] if ended else []
-        if kind == "l2r":
-            prompt = [*fmt.start, *enc(prefix)]
-        else:
-            prompt = fim_prompt_ids(fmt, enc, prefix, suffix, kind == "spm")
-        answer = enc(middle) + end
-        stream += prompt + answer
-        mask += [0] * len(prompt) + [1] * len(answer)
-    return stream, mask
+def log(msg: str) -> None:
+    print(msg, flush=True)
 
 
-def mixed_stream(kd: tuple[list[int], list[int]], corpus_stream: torch.Tensor,
-                 seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distilled tokens plus a random slice of the corpus stream, KD_SHARE of the result distilled."""
-    g = torch.Generator().manual_seed(seed)
-    ids, mask = kd
-    n = min(int(sum(mask) * (1 - KD_SHARE) / KD_SHARE), len(corpus_stream) - 1)
-    start = int(torch.randint(0, len(corpus_stream) - n, (1,), generator=g))
-    return (torch.cat([torch.tensor(ids, dtype=torch.int32), corpus_stream[start:start + n]]),
-            torch.cat([torch.tensor(mask, dtype=torch.bool), torch.ones(n, dtype=torch.bool)]))
+def lr_at(s: DistillSettings, step: int, progress: float) -> float:
+    if step < s.warmup_steps:
+        return s.lr * (step + 1) / s.warmup_steps
+    progress = min(max(progress, 0.0), 1.0)
+    return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def load_or_generate(path: str, target, tok, texts, seed, minutes, chunk_chars, device):
-    if os.path.exists(path):
-        return torch.load(path)
-    samples = generate_samples(target, tok, texts, seed, minutes, chunk_chars, device)
-    torch.save(samples, path)
-    return samples
+def make_batch(examples, pick: list[int], pad: int, prompt_weight: float):
+    """Right-padded ids, next-token labels and per-label weights (answer 1, prompt prompt_weight, pad 0)."""
+    import torch
+
+    width = max(len(examples[i][0]) for i in pick)
+    ids = torch.full((len(pick), width), pad, dtype=torch.long)
+    weight = torch.zeros((len(pick), width))
+    for row, i in enumerate(pick):
+        x, is_answer = examples[i]
+        ids[row, :len(x)] = torch.tensor(x)
+        weight[row, :len(x)] = torch.tensor([1.0 if a else prompt_weight for a in is_answer])
+    return ids[:, :-1], ids[:, 1:], weight[:, 1:]
+
+
+def scored_logits(model, x, keep):
+    """Logits at the positions `keep` selects, [n, vocab]: the base model's hidden states, then the
+    output head on those rows only."""
+    hidden = model.base_model(input_ids=x).last_hidden_state
+    return model.get_output_embeddings()(hidden[keep])
+
+
+def train_draft(draft, examples, target_model, s: DistillSettings, minutes: float, max_steps: int,
+                seed: int, ckpt_path: str, device) -> dict:
+    """Sequence-level distillation (weighted next-token loss on the target-written text), plus KL
+    to the target's logits when it shares the vocabulary (target_model not None). Time-bounded,
+    checkpointed, resumable."""
+    import torch
+    import torch.nn.functional as F
+
+    model = draft.model
+    model.requires_grad_(True).train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=s.lr, betas=(0.9, 0.95))
+    state = {"step": 0, "elapsed": 0.0, "examples": 0, "done": False}
+    if os.path.exists(ckpt_path):
+        ckpt = torch.load(ckpt_path, map_location=device)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        state = ckpt["state"]
+        log(f"[train] resumed at step {state['step']} ({state['elapsed'] / 60:.1f} min)")
+
+    def save():
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": state}, ckpt_path + ".tmp")
+        os.replace(ckpt_path + ".tmp", ckpt_path)
+
+    if not examples:
+        log("[train] no examples: the draft is left as it was")
+        return state
+    pad = draft.tokenizer.pad_token_id
+    pad = pad if pad is not None else (draft.tokenizer.eos_token_id or 0)
+    vocab = len(draft.tokenizer)
+    budget = minutes * 60
+
+    def progress() -> float:
+        by_time = state["elapsed"] / budget if budget > 0 else 1.0
+        return max(by_time, state["step"] / max_steps) if max_steps else by_time
+
+    last_ckpt = window_t = time.time()
+    window_loss, window_n = 0.0, 0
+    while not state["done"] and progress() < 1.0:
+        t0 = time.time()
+        g = torch.Generator().manual_seed(seed * 1_000_003 + state["step"])
+        pick = torch.randint(0, len(examples), (s.batch_size,), generator=g).tolist()
+        x, y, w = (t.to(device) for t in make_batch(examples, pick, pad, s.prompt_weight))
+        for group in opt.param_groups:
+            group["lr"] = lr_at(s, state["step"], progress())
+        keep = w > 0      # logits only where the loss counts: the LM head is half the draft's cost
+        logits = scored_logits(model, x, keep)[:, :vocab].float()
+        w, y = w[keep], y[keep]
+        loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum()
+        if target_model is not None:
+            with torch.no_grad():
+                t_logp = F.log_softmax(scored_logits(target_model, x, keep)[:, :vocab].float(), -1)
+            kl = (t_logp.exp() * (t_logp - F.log_softmax(logits, -1))).sum(-1)
+            loss = (1 - s.kd_weight) * loss + s.kd_weight * (kl * w).sum() / w.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["examples"] += len(pick)
+        state["elapsed"] += time.time() - t0
+        window_loss, window_n = window_loss + loss.item(), window_n + 1
+        if state["step"] % s.log_every == 0:
+            rate = window_n * s.batch_size / (time.time() - window_t)
+            p = progress()
+            eta = state["elapsed"] / max(p, 1e-9) * (1 - p)
+            log(f"[train] step {state['step']} loss {window_loss / window_n:.3f} "
+                f"lr {opt.param_groups[0]['lr']:.2e} {rate:.1f} examples/s ETA {eta / 60:.1f} min")
+            window_t, window_loss, window_n = time.time(), 0.0, 0
+        if time.time() - last_ckpt > s.checkpoint_minutes * 60:
+            save()
+            last_ckpt = time.time()
+    state["done"] = True
+    save()
+    model.requires_grad_(False).eval()
+    log(f"[train] done: {state['step']} steps, {state['examples']:,} examples, {state['elapsed'] / 60:.1f} min")
+    return state
+
+
+def save_draft(draft, out: str, dtype: str, info: dict) -> None:
+    import torch
+
+    os.makedirs(out, exist_ok=True)
+    if dtype == "auto":
+        dtype = str(getattr(draft.model.config, "dtype", None) or "float32").replace("torch.", "")
+    model = draft.model.to("cpu").to(getattr(torch, dtype))
+    model.save_pretrained(out, safe_serialization=True)
+    draft.tokenizer.save_pretrained(out)
+    with open(os.path.join(out, "distill_info.json"), "w") as fh:
+        json.dump(info, fh, indent=2, sort_keys=True)
+    draft.model.to(torch.float32)
+
+
+def eval_positions(files, per_kind: int) -> list:
+    from training.editor_positions import spread_positions
+
+    per_file = max(1, math.ceil(per_kind / max(len(files), 1)))
+    out = []
+    for kind in EVAL_KINDS:
+        got = [p for f in files for p in spread_positions(f, kind, per_file)]
+        out += got[:per_kind]
+    return out
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m training.distill") -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+    from training.editor_positions import random_positions, read_sources, split_files
+
+    try:
+        files = read_sources(args.code, args.ext)
+        held = read_sources(args.eval_code, args.ext) if args.eval_code else None
+    except FileNotFoundError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    if held is None:
+        if len(files) < 2:
+            print(f"{prog}: need at least 2 usable source files under --code, found {len(files)}", file=sys.stderr)
+            return 2
+        train_files, held = split_files(files, args.held_out, args.seed)
+    else:
+        held_texts = {f.text for f in held}   # never train on a held-out file, wherever it lies
+        train_files = [f for f in files if f.text not in held_texts]
+    if not train_files or not held:
+        print(f"{prog}: no training or no held-out files", file=sys.stderr)
+        return 2
+
+    import torch
+
+    from completion.templates import load_template
+    from engine import load_model
+    from engine.engine import same_vocabulary
+    from engine.models import ModelLoadError
+    from engine.threads import set_threads
+    from training.distill_data import draft_example, generate_samples
+    from training.distill_eval import EvalSettings, measure, report_lines
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    else:
+        set_threads(0, args.device)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.work, exist_ok=True)
+    log(f"files: {len(train_files)} training ({sum(len(f.text) for f in train_files):,} chars), "
+        f"{len(held)} held out; work folder {args.work}")
+    try:
+        target = load_model(args.target, "target", device=args.device, dtype="float32")
+        draft = load_model(args.draft, "draft", device=args.device, dtype="float32")
+    except ModelLoadError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    t_template, d_template = load_template(target.tokenizer), load_template(draft.tokenizer)
+    shared = same_vocabulary(target.tokenizer, draft.tokenizer)
+    log(f"target {t_template.family} ({'/'.join(t_template.layouts)}), draft {d_template.family}; "
+        f"{'same vocabulary: sequence + token-level KL' if shared else 'different tokenizers: sequence-level'}")
+
+    t0 = time.time()
+    samples = generate_samples(
+        target, t_template, lambda seed: random_positions(train_files, DEFAULT_KINDS, seed),
+        os.path.join(args.work, "samples.jsonl"), args.gen_minutes, args.new_tokens, args.gen_batch,
+        args.seed, args.max_samples, log)
+    limit = draft.max_positions or 4096
+    examples = [ex for ex in (draft_example(d_template, s) for s in samples) if len(ex[0]) <= limit]
+    log(f"[data] {len(examples):,} draft examples, {sum(sum(m) for _, m in examples):,} answer tokens")
+
+    settings = DistillSettings(lr=args.lr, batch_size=args.batch_size)
+    state = train_draft(draft, examples, target.model if shared else None, settings, args.train_minutes,
+                        args.max_steps, args.seed, os.path.join(args.work, "ckpt.pt"), draft.device)
+    info = {"target": args.target, "started_from": args.draft, "code": args.code, "eval_code": args.eval_code,
+            "training_files": len(train_files), "held_out_files": len(held), "samples": len(samples),
+            "answer_tokens": sum(sum(m) for _, m in examples), "steps": state["step"],
+            "train_minutes": round(state["elapsed"] / 60, 2), "seed": args.seed,
+            "settings": asdict(settings), "same_vocabulary": shared}
+    save_draft(draft, args.out, args.out_dtype, info)
+    log(f"saved the distilled draft to {args.out} ({(time.time() - t0) / 60:.1f} min)")
+
+    positions = eval_positions(held, args.eval_positions)
+    log(f"[eval] {len(positions)} held-out positions ({', '.join(EVAL_KINDS)}), k={args.draft_length}")
+    result = measure(args.target, {"before": args.draft, "after": args.out}, positions,
+                     EvalSettings(args.draft_length, args.eval_tokens, args.device, args.threads), log)
+    report = {label: {kind: t.as_dict() for kind, t in tallies.items()} for label, tallies in result.by_kind.items()}
+    info["report"] = {"draft_length": args.draft_length, "eval_tokens": args.eval_tokens,
+                      "same_output": result.same_output, **report}
+    with open(os.path.join(args.out, "distill_info.json"), "w") as fh:
+        json.dump(info, fh, indent=2, sort_keys=True)
+    for line in report_lines(result, args.draft_length):
+        log(line)
+    if not result.same_output:
+        log("warning: the drafts gave different outputs (the engine should be lossless)")
+    before, after = result.by_kind["before"].get("all"), result.by_kind["after"].get("all")
+    if before and after:
+        log(f"held-out acceptance {before.acceptance:.3f} -> {after.acceptance:.3f}, tokens per target call "
+            f"{before.tokens_per_call:.2f} -> {after.tokens_per_call:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -316,7 +316,7 @@ def main(argv=None) -> None:
 
 def distill_draft(args, texts, target_tok, draft_tok, draft_streams, device) -> None:
     """Continue the draft on target-written completions (ships to --out/draft); optional control."""
-    from training.distill import draft_stream_from_samples, load_or_generate, mixed_stream
+    from training.corpus_distill import draft_stream_from_samples, load_or_generate, mixed_stream
     target = build_model(TARGET, target_tok)
     target.load_state_dict(torch.load(os.path.join(args.runs, "ckpt_target.pt"), map_location="cpu")["model"])
     samples = load_or_generate(os.path.join(args.runs, "distill_samples.pt"), target, target_tok, texts,

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from completion.alternatives import MAX_CANDIDATES
 from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
 from engine.remote import BACKENDS
@@ -92,6 +93,11 @@ class Settings:
     temperature: float = _setting(
         0.0, "Sampling temperature; 0 is greedy (output equals the target's own greedy output).",
         "number 0-2", min=0.0, max=2.0)
+    candidates: int = _setting(
+        1, "Suggestions to cycle through at one position (Neovim `<M-]>` / `<M-[>`): the first is "
+        "the greedy one, the others exact samples from the target (at `temperature`, or 1 when it "
+        "is 0), without duplicates, made only when you ask to cycle.",
+        f"integer 1-{MAX_CANDIDATES}", min=1, max=MAX_CANDIDATES)
     device: str = _setting(
         "auto", "Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU).",
         f"{_quoted(DEVICES)}, `cuda:N`", pattern=DEVICE_PATTERN)

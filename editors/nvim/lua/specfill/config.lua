@@ -50,6 +50,10 @@ M.defaults = {
   --   temperature = 0.0
   --       Sampling temperature; 0 is greedy (output equals the target's own greedy output).
   --       Allowed: number 0-2.
+  --   candidates = 1
+  --       Suggestions to cycle through at one position (Neovim `<M-]>` / `<M-[>`): the first is the
+  --       greedy one, the others exact samples from the target (at `temperature`, or 1 when it is
+  --       0), without duplicates, made only when you ask to cycle. Allowed: integer 1-5.
   --   device = "auto"
   --       Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU). Allowed:
   --       `auto`, `cpu`, `cuda`, `mps`, `cuda:N`.
@@ -137,6 +141,12 @@ M.defaults = {
   -- Client-side wait after the last keystroke before asking (the server debounces too).
   debounce_ms = 50,
 
+  -- No automatic request when more than this many characters of code follow the cursor on
+  -- its line (blanks at the line's end do not count), as llama.vim's max_line_suffix: in the
+  -- middle of a line a suggestion is rarely wanted. The `request` key still asks.
+  -- false = ask wherever the cursor is. (The built-in renderer asks by itself: not applied.)
+  max_line_suffix = 8,
+
   -- Highlight group of the ghost text. SpecfillGhost is grey italic, with a GUI colour and a
   -- 256-colour fallback (readable with and without 'termguicolors'), unless you or your
   -- colour scheme define it, e.g.:
@@ -144,12 +154,17 @@ M.defaults = {
   hl_group = 'SpecfillGhost',
 
   -- Insert-mode keys. Each one only acts while a suggestion is visible (`request`
-  -- always acts); otherwise the key does what it normally does. false = no mapping.
+  -- always acts); otherwise the key does what it did before setup(): your own global
+  -- insert-mode mapping of it, if you had one, or its own meaning. No suggestion is drawn,
+  -- and so no key acts, while a popup menu is open or vim.b.specfill_hidden is set (set it
+  -- from nvim-cmp's or blink.cmp's menu events). false = no mapping.
   keys = {
     accept = '<Tab>', -- insert the whole suggestion
     accept_word = '<C-Right>', -- insert its next word
     accept_line = '<S-Tab>', -- insert the rest of its current line
     dismiss = '<C-]>', -- hide it
+    next = '<M-]>', -- the next alternative (server setting `candidates`; asked for on first press)
+    prev = '<M-[>', -- the previous alternative
     request = '<M-\\>', -- ask now, without waiting for the debounce
   },
 
@@ -180,6 +195,10 @@ function M.resolve(opts)
   end
   if opts.cmd then
     merged.cmd = vim.deepcopy(opts.cmd)
+  end
+  local suffix = merged.max_line_suffix
+  if suffix ~= false and (type(suffix) ~= 'number' or suffix < 0 or suffix ~= math.floor(suffix)) then
+    error('specfill: max_line_suffix must be a whole number >= 0 or false', 2)
   end
   if not vim.tbl_contains({ 'auto', 'builtin', 'specfill' }, merged.renderer) then
     error("specfill: renderer must be 'auto', 'builtin' or 'specfill'", 2)

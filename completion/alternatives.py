@@ -1,0 +1,67 @@
+"""Alternative suggestions for cycling (`candidates` > 1): the greedy completion first, exactly
+what the editor already shows (usually from the cache), then exact samples from the target
+model (the engine's lossless speculative sampling: each is an honest draw), cut and cleaned
+like any completion and without duplicates. Made only when the user asks to cycle, so typing
+costs nothing more; samples are not cached (a cached sample would come back every time)."""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import TYPE_CHECKING
+
+from completion.context import parse_document
+from completion.postprocess import clean_completion, with_eol
+from engine.remote import RemoteEngine
+from engine.settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from completion.pipeline import Completion, CompletionOptions, CompletionRequest, Pipeline
+
+MAX_CANDIDATES = 5
+SAMPLE_TEMPERATURE = 1.0   # with greedy settings (temperature 0), draw from the target as it is
+DRAWS_PER_CANDIDATE = 2    # duplicates are dropped: at most this many draws per wanted candidate
+
+
+def _same(a: str, b: str) -> bool:
+    return a.rstrip() == b.rstrip()
+
+
+def sample_once(pipeline: Pipeline, req: CompletionRequest, options: CompletionOptions,
+                cancel: threading.Event | None) -> Completion | None:
+    """One sampled completion at the request's cursor, cleaned; None when empty or cancelled."""
+    from completion.pipeline import Completion
+
+    cur = parse_document(req.text, req.line, req.character)
+    prompts = pipeline.build_prompts(req.uri, cur, options)
+    gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
+                             temperature=options.temperature, time_budget_ms=options.time_budget_ms,
+                             draft_control=options.draft_control)
+    result = pipeline.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
+                                      gen, stop_ids=prompts.target.stop_ids, cancel=cancel)
+    if result.stop_reason == "cancelled":
+        return None
+    cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
+    if cleaned is None or not cleaned.text:
+        return None
+    return Completion(text=with_eol(cleaned.text, cur.eol),
+                      replace_end=(cur.line, cur.character + cleaned.replace_chars),
+                      cursor=(cur.line, cur.character))
+
+
+def alternatives(pipeline: Pipeline, req: CompletionRequest, options: CompletionOptions, count: int,
+                 cancel: threading.Event | None = None) -> list[Completion]:
+    """Up to `count` different completions: the greedy one first (when there is one), then
+    samples. A remote engine gives the greedy one only."""
+    count = max(1, min(count, MAX_CANDIDATES))
+    first = pipeline.complete(req, options, cancel=cancel)
+    found = [first] if first is not None else []
+    if count == 1 or isinstance(pipeline.engine, RemoteEngine):
+        return found
+    sampled = dataclasses.replace(options, temperature=options.temperature or SAMPLE_TEMPERATURE)
+    for _ in range(DRAWS_PER_CANDIDATE * (count - 1)):
+        if len(found) >= count or (cancel is not None and cancel.is_set()):
+            break
+        one = sample_once(pipeline, req, sampled, cancel)
+        if one is not None and not any(_same(one.text, f.text) for f in found):
+            found.append(one)
+    return found

@@ -205,14 +205,25 @@ def save_draft(draft, out: str, dtype: str, info: dict) -> None:
     import torch
 
     os.makedirs(out, exist_ok=True)
-    if dtype == "auto":
-        dtype = str(getattr(draft.model.config, "dtype", None) or "float32").replace("torch.", "")
     model = draft.model.to("cpu").to(getattr(torch, dtype))
     model.save_pretrained(out, safe_serialization=True)
     draft.tokenizer.save_pretrained(out)
     with open(os.path.join(out, "distill_info.json"), "w") as fh:
         json.dump(info, fh, indent=2, sort_keys=True)
     draft.model.to(torch.float32)
+
+
+def stored_dtype(name: str) -> str:
+    from transformers import AutoConfig
+
+    from engine.models import resolve_name
+
+    try:
+        dtype = AutoConfig.from_pretrained(resolve_name(name, "draft")).dtype
+    except Exception:  # noqa: BLE001 - unknown: keep full precision
+        return "float32"
+    dtype = str(dtype or "float32").replace("torch.", "")
+    return dtype if dtype in ("float32", "float16", "bfloat16") else "float32"
 
 
 def eval_positions(files, per_kind: int) -> list:
@@ -272,6 +283,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     except ModelLoadError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
+    if args.out_dtype == "auto":   # as the draft was stored (loading it for training set float32)
+        args.out_dtype = stored_dtype(args.draft)
     t_template, d_template = load_template(target.tokenizer), load_template(draft.tokenizer)
     shared = same_vocabulary(target.tokenizer, draft.tokenizer)
     log(f"target {t_template.family} ({'/'.join(t_template.layouts)}), draft {d_template.family}; "

@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.lsp_client import LspClient, initialize_params
-from bench.replay import DEFAULT_FILES, ROOT, wait_loaded
+from bench.common import DEFAULT_FILES, DRAFT_CONFIGS, close_all, rotated, server_env, start_servers
+from bench.lsp_client import LspClient
+from bench.replay import UsageError, chosen, python_files
 from completion.stats import percentile
 from lsp import commands
+from lsp.arguments import EXIT_USAGE, OneLineParser, number
 
+PROG = "python -m bench.end_of_line"
 CONFIGS = {
-    "no-draft": {"draftModel": "none"},
-    "ngram": {"draftModel": "ngram"},
-    "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},   # the draft model, old +2/-1 rule
-    "default": {},   # as shipped: draft model + prompt lookup, the cost-aware controller
+    **DRAFT_CONFIGS,
     "no-draft-cut-after": {"draftModel": "none", "stopWhileDecoding": False},  # decode all, cut afterwards
 }
 
@@ -54,14 +53,6 @@ def end_of_line_positions(path: Path, per_file: int) -> list[Position]:
     return [Position(path.name, text, line, col) for line, col in end_of_line_cursors(text, per_file)]
 
 
-async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> LspClient:
-    client = await LspClient.start([sys.executable, "-m", "lsp", "--log-level", "warning"], env,
-                                   log_dir / f"server-{name}.log", cwd=str(ROOT))
-    await client.request("initialize", initialize_params(settings, ROOT))
-    await client.notify("initialized", {})
-    return client
-
-
 async def ask(client: LspClient, pos: Position, version: int) -> dict:
     uri = f"file:///bench/eol/{version}/{pos.file}"     # a fresh document: no cache between configurations
     await client.notify("textDocument/didOpen", {"textDocument": {
@@ -76,21 +67,24 @@ async def ask(client: LspClient, pos: Position, version: int) -> dict:
 
 
 async def run(configs: list[str], base: dict, positions: list[Position], log_dir: Path, env: dict) -> dict:
-    clients = {}
+    clients = await start_servers({name: {**base, **CONFIGS[name]} for name in configs}, env, log_dir)
     try:
-        for name in configs:
-            clients[name] = await start_server(name, {**base, **CONFIGS[name]}, env, log_dir)
-        for name in configs:
-            await wait_loaded(clients[name])
-            await ask(clients[name], positions[-1], 0)          # warm-up: first-call costs are not measured
-        records: dict[str, list[dict]] = {name: [] for name in configs}
-        for version, pos in enumerate(positions, start=1):
-            for name in configs:
-                records[name].append(await ask(clients[name], pos, version))
-        return records
+        return await ask_at(clients, positions)
     finally:
-        for client in clients.values():
-            await client.close()
+        await close_all(clients)
+
+
+async def ask_at(clients: dict[str, LspClient], positions: list[Position]) -> dict[str, list[dict]]:
+    """Every server asked at every position: one position, each configuration in turn (who goes
+    first rotates), next position. First one warm-up request each (first-call costs)."""
+    names = list(clients)
+    for name in names:
+        await ask(clients[name], positions[-1], 0)
+    records: dict[str, list[dict]] = {name: [] for name in names}
+    for version, pos in enumerate(positions, start=1):
+        for name in rotated(names, version):
+            records[name].append(await ask(clients[name], pos, version))
+    return records
 
 
 def summarize(records: dict[str, list[dict]]) -> list[dict]:
@@ -134,41 +128,53 @@ def table(rows: list[dict], meta: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.end_of_line", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="folder of held-out .py files")
-    ap.add_argument("--max-files", type=int, default=3)
-    ap.add_argument("--per-file", type=int, default=6, help="end-of-line positions per file")
+    ap.add_argument("--max-files", type=number(int, 1), default=3)
+    ap.add_argument("--per-file", type=number(int, 1), default=6, help="end-of-line positions per file")
     ap.add_argument("--target", default="default")
     ap.add_argument("--draft", default="default", help="the draft of the configurations that use one")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=number(int, 1), default=64)
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {', '.join(CONFIGS)}")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per server")
+    ap.add_argument("--threads", type=number(int, 1), default=1, help="torch threads per server")
     ap.add_argument("--out", type=Path, default=None, help="also write the table to this file")
     args = ap.parse_args(argv)
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        raise SystemExit(f"bench.end_of_line: unknown configuration(s) {unknown}; choose from {list(CONFIGS)}")
-    paths = sorted(p for p in args.files.iterdir() if p.suffix == ".py")[:args.max_files]
-    positions = [pos for p in paths for pos in end_of_line_positions(p, args.per_file)]
-    if not positions:
-        raise SystemExit(f"bench.end_of_line: no code lines in {args.files}")
-    base = {"targetModel": args.target, "draftModel": args.draft, "maxNewTokens": args.max_new_tokens,
-            "device": "cpu", "debounceMs": 0}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(args.threads)}
+    try:
+        configs = chosen(args.configs, CONFIGS)
+        positions = positions_in(args.files, args.max_files, args.per_file)
+    except UsageError as exc:
+        print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
+        return EXIT_USAGE
+    base = base_settings(args.target, args.draft, args.max_new_tokens)
     t0 = time.perf_counter()
-    records = asyncio.run(run(configs, base, positions, Path("/tmp/specfill-bench-logs"), env))
-    meta = (f"End of line, {len(positions)} positions in {len(paths)} held-out files "
-            f"({', '.join(p.name for p in paths)}), maxNewTokens {args.max_new_tokens}, "
+    records = asyncio.run(run(configs, base, positions, Path("/tmp/specfill-bench-logs"), server_env(args.threads)))
+    files = sorted({p.file for p in positions})
+    meta = (f"End of line, {len(positions)} positions in {len(files)} held-out files "
+            f"({', '.join(files)}), maxNewTokens {args.max_new_tokens}, "
             f"{args.threads} torch thread(s) per server, {time.perf_counter() - t0:.0f} s; "
-            f"`python -m bench.end_of_line {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip())
+            f"`{PROG} {' '.join(argv)}`".rstrip())
     text = table(summarize(records), meta)
     print(text)
     if args.out:
         args.out.write_text(text + "\n", encoding="utf-8")
     return 0
+
+
+def positions_in(folder: Path, max_files: int, per_file: int) -> list[Position]:
+    """`per_file` end-of-line positions in each of the first `max_files` .py files of `folder`."""
+    positions = [pos for p in python_files(folder)[:max_files] for pos in end_of_line_positions(p, per_file)]
+    if not positions:
+        raise UsageError(f"--files: no code lines in {folder}")
+    return positions
+
+
+def base_settings(target: str, draft: str, max_new_tokens: int) -> dict:
+    """What every configuration's server is given before its own settings: no debounce (each
+    request is a fresh cursor position, asked once)."""
+    return {"targetModel": target, "draftModel": draft, "maxNewTokens": max_new_tokens,
+            "device": "cpu", "debounceMs": 0}
 
 
 if __name__ == "__main__":

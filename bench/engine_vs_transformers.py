@@ -9,37 +9,13 @@ over plain transformers greedy generate(). Every run is checked to produce the s
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
+from bench.common import CallCounter, held_out_prompts, prompt_ids
 from engine import Engine, EngineConfig, GenerationSettings
-
-
-def held_out_prompts(n: int, chars: int, seed: int = 0) -> list[str]:
-    import pygls
-    files = sorted(p for p in Path(pygls.__file__).parent.rglob("*.py") if p.stat().st_size > 2000)
-    rng = random.Random(seed)
-    prompts = []
-    while len(prompts) < n:
-        text = rng.choice(files).read_text(encoding="utf-8")
-        lines = text.splitlines(keepends=True)
-        cut = rng.randrange(len(lines) // 4, len(lines))
-        prefix = "".join(lines[:cut])[-chars:]
-        prompts.append(prefix)
-    return prompts
-
-
-class CallCounter:
-    def __init__(self, model):
-        self.calls = 0
-        model.register_forward_pre_hook(self._hook)
-
-    def _hook(self, module, args):
-        self.calls += 1
 
 
 def main(argv=None):
@@ -86,7 +62,7 @@ def main(argv=None):
             list(configs) + ["transformers + assistant", "transformers plain"]}
     with torch.inference_mode():
         for prompt in prompts:
-            t_ids = [tt.bos_token_id] + ref.target.vocab.encode_text(prompt)
+            t_ids, _ = prompt_ids(ref, prompt)
             plain = None
             for name in ("transformers plain", "transformers + assistant"):
                 if name == "transformers + assistant" and hf_draft is None:
@@ -101,10 +77,7 @@ def main(argv=None):
                 rows[name]["same"] += out == plain
             for name, eng in engines.items():
                 eng.clear_caches()  # no cross-prompt cache reuse: same footing as generate()
-                d_ids = None
-                if eng.draft is not None:
-                    bos = eng.draft.tokenizer.bos_token_id
-                    d_ids = ([bos] if bos is not None else []) + eng.draft.vocab.encode_text(prompt)
+                _, d_ids = prompt_ids(eng, prompt)
                 # specfill stops at special tokens; compare on the same stop rule as plain greedy
                 r = eng.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=args.max_new_tokens,
                                                                   draft_control=configs[name][3]))

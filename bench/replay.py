@@ -4,8 +4,10 @@ over stdio, as an editor would, and time every inline completion; then run trans
 
     specfill bench [--files DIR] [--target default --draft default] [--out bench/results]
     python -m bench.replay --help
+    specfill bench --suite [--quick]    # every workload, draft configurations side by side (bench/suite.py)
 
-Configurations (all on the same keystrokes):
+Configurations (all on the same keystrokes; the server configurations run at once, each in its own
+server, every keystroke and request going to each in turn, so machine load hits them alike):
   full         specfill as shipped: draft model + prompt lookup under the cost-aware controller,
                KV reuse, completion cache
   no-draft     draftModel none (plain decoding in the engine, still KV reuse + cache)
@@ -27,37 +29,50 @@ import platform
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import report
+from bench.common import (DEFAULT_FILES, DEFAULT_OUT, DRAFT_CONFIGS, CallCounter, close_all, rotated, server_env,
+                          start_servers)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, TypingScript, apply, cursor_after, typing_script, utf16_column
-from bench.lsp_client import LspClient, initialize_params
+from bench.lsp_client import LspClient
 from lsp import commands
-
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FILES = Path(__file__).resolve().parent / "files"
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+from lsp.arguments import EXIT_USAGE, OneLineParser, number
 
 SERVER_CONFIGS = {
-    "full": {},
-    "no-draft": {"draftModel": "none"},
+    "full": DRAFT_CONFIGS["default"],
+    "no-draft": DRAFT_CONFIGS["no-draft"],
     "no-kv-reuse": {"kvReuse": False},
-    "ngram": {"draftModel": "ngram"},
-    "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},
+    "ngram": DRAFT_CONFIGS["ngram"],
+    "draft-heuristic": DRAFT_CONFIGS["draft-heuristic"],
 }
 HF_CONFIGS = ("hf-assisted", "hf-plain")
 ALL_CONFIGS = (*SERVER_CONFIGS, *HF_CONFIGS)
+
+
+class UsageError(Exception):
+    """A bad command line, found after parsing (one line on stderr, exit code 2)."""
 
 
 # ------------------------------------------------------------------------------ the keystrokes
 
 def load_scripts(files_dir: Path, typed_lines: int, seed: int, max_files: int,
                  editor_debounce_ms: float) -> list[TypingScript]:
-    paths = sorted(p for p in files_dir.iterdir() if p.is_file() and p.suffix == ".py")[:max_files]
-    if not paths:
-        raise SystemExit(f"specfill bench: no .py files in {files_dir}")
+    paths = python_files(files_dir)[:max_files]
     return [typing_script(p.name, p.read_text(encoding="utf-8"), typed_lines, seed, editor_debounce_ms)
             for p in paths]
+
+
+def python_files(folder: Path) -> list[Path]:
+    """The .py files in `folder`, sorted by name (UsageError when there are none)."""
+    try:
+        paths = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".py")
+    except OSError as exc:
+        raise UsageError(f"--files: cannot read {folder}: {exc.strerror}") from None
+    if not paths:
+        raise UsageError(f"--files: no .py files in {folder}")
+    return paths
 
 
 def request_points(script: TypingScript):
@@ -76,71 +91,80 @@ def file_uri(script: TypingScript) -> str:
 
 # ------------------------------------------------------------------------------ through the server
 
-async def replay_server(config: str, settings: dict, scripts: list[TypingScript], time_scale: float,
-                        editor_debounce_ms: float, out_dir: Path, env: dict) -> list[dict]:
-    command = [sys.executable, "-m", "lsp", "--log-level", "warning"]
-    client = await LspClient.start(command, env, out_dir / "logs" / f"server-{config}.log", cwd=str(ROOT))
-    records: list[dict] = []
+async def replay_servers(settings: dict[str, dict], scripts: list[TypingScript], time_scale: float,
+                         editor_debounce_ms: float, out_dir: Path, env: dict) -> list[dict]:
+    """Every server configuration at once, each in its own server, fed the same keystrokes."""
+    clients = await start_servers(settings, env, out_dir / "logs")
     try:
-        await client.request("initialize", initialize_params(settings, ROOT))
-        await client.notify("initialized", {})
-        await wait_loaded(client)
-        for script in scripts:
-            records += await replay_file(client, config, script, time_scale, editor_debounce_ms)
+        return await replay_interleaved(clients, scripts, time_scale, editor_debounce_ms)
     finally:
-        await client.close()
+        await close_all(clients)
+
+
+@dataclass
+class _Seen:
+    """What a server reports after a request: its decode jobs, the last one and its last model
+    run; against the same before the request, they tell the request's own job and run apart
+    (a cache hit runs no model)."""
+    jobs: int
+    last_job: dict
+    last_run: dict | None
+
+
+async def _seen(client: LspClient) -> _Seen:
+    server = (await client.execute(commands.STATS))["server"]
+    return _Seen(server["decode_jobs"], server["last_job"], await client.execute(commands.LAST_COMPLETION))
+
+
+async def replay_interleaved(clients: dict[str, LspClient], scripts: list[TypingScript], time_scale: float,
+                             editor_debounce_ms: float) -> list[dict]:
+    """Type `scripts` into every server alike: each keystroke goes to all of them, and at each
+    request every server is asked in turn (who goes first rotates), so a busy machine slows all
+    configurations alike."""
+    records: list[dict] = []
+    names = list(clients)
+    n_requests = 0
+    for script in scripts:
+        uri = file_uri(script)
+        for client in clients.values():
+            await client.notify("textDocument/didOpen", {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 0, "text": script.initial_text}})
+        seen = {name: await _seen(client) for name, client in clients.items()}
+        lines = script.initial_text.split("\n")
+        for version, key in enumerate(script.keystrokes, start=1):
+            pos = {"line": key.line, "character": utf16_column(lines[key.line], key.character)}
+            for client in clients.values():
+                await client.notify("textDocument/didChange", {
+                    "textDocument": {"uri": uri, "version": version},
+                    "contentChanges": [{"range": {"start": pos, "end": pos}, "text": key.text}]})
+            lines = apply(lines, key)
+            if key.request:
+                line, col = cursor_after(key)
+                position = {"line": line, "character": utf16_column(lines[line], col)}
+                for name in rotated(names, n_requests):
+                    records.append(await _request(clients[name], name, seen, uri, position, script, version - 1,
+                                                  line, col, key, editor_debounce_ms))
+                n_requests += 1
+            if time_scale > 0:
+                await asyncio.sleep(key.gap_ms * time_scale / 1000)
+        for client in clients.values():
+            await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return records
 
 
-async def wait_loaded(client: LspClient, timeout: float = 900.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stats = await client.execute(commands.STATS)
-        if stats["models"]["loaded"] and not stats["models"]["loading"]:
-            return stats
-        if stats["server"]["load_failures"]:
-            raise SystemExit(f"specfill bench: the server could not load the models: {client.messages}")
-        await asyncio.sleep(0.2)
-    raise SystemExit("specfill bench: models did not load in time")
-
-
-async def replay_file(client: LspClient, config: str, script: TypingScript, time_scale: float,
-                      editor_debounce_ms: float) -> list[dict]:
-    uri = file_uri(script)
-    await client.notify("textDocument/didOpen", {"textDocument": {
-        "uri": uri, "languageId": "python", "version": 0, "text": script.initial_text}})
-    lines = script.initial_text.split("\n")
-    stats = await client.execute(commands.STATS)
-    jobs = stats["server"]["decode_jobs"]
-    last = await client.execute(commands.LAST_COMPLETION)
-    records = []
-    for version, key in enumerate(script.keystrokes, start=1):
-        pos = {"line": key.line, "character": utf16_column(lines[key.line], key.character)}
-        await client.notify("textDocument/didChange", {
-            "textDocument": {"uri": uri, "version": version},
-            "contentChanges": [{"range": {"start": pos, "end": pos}, "text": key.text}]})
-        lines = apply(lines, key)
-        if key.request:
-            line, col = cursor_after(key)
-            result, ms = await client.timed_request("textDocument/inlineCompletion", {
-                "textDocument": {"uri": uri},
-                "position": {"line": line, "character": utf16_column(lines[line], col)},
-                "context": {"triggerKind": 2}})
-            # Per-request figures: the worker job (time, cache hit) and the model run, if any.
-            stats = await client.execute(commands.STATS)
-            ran_job = stats["server"]["decode_jobs"] > jobs
-            jobs = stats["server"]["decode_jobs"]
-            previous, last = last, await client.execute(commands.LAST_COMPLETION)
-            items = (result or {}).get("items", []) if isinstance(result, dict) else (result or [])
-            records.append(report.server_record(
-                config, script.name, version - 1, line, col, key.request,
-                key.gap_ms - editor_debounce_ms, ms, items[0]["insertText"] if items else "",
-                stats["server"]["last_job"] if ran_job else {},
-                last if last and last != previous else {}))
-        if time_scale > 0:
-            await asyncio.sleep(key.gap_ms * time_scale / 1000)
-    await client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
-    return records
+async def _request(client: LspClient, config: str, seen: dict[str, _Seen], uri: str, position: dict,
+                   script: TypingScript, keystroke: int, line: int, col: int, key,
+                   editor_debounce_ms: float) -> dict:
+    result, ms = await client.timed_request("textDocument/inlineCompletion", {
+        "textDocument": {"uri": uri}, "position": position, "context": {"triggerKind": 2}})
+    # Per-request figures: the worker job (time, cache hit) and the model run, if any.
+    before, now = seen[config], await _seen(client)
+    seen[config] = now
+    items = (result or {}).get("items", []) if isinstance(result, dict) else (result or [])
+    return report.server_record(
+        config, script.name, keystroke, line, col, key.request, key.gap_ms - editor_debounce_ms, ms,
+        items[0]["insertText"] if items else "", now.last_job if now.jobs > before.jobs else {},
+        now.last_run if now.last_run and now.last_run != before.last_run else {})
 
 
 # ------------------------------------------------------------------------------ transformers generate()
@@ -197,17 +221,6 @@ def _stop_on_text_class():
             return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
     return StopOnText
-
-
-class CallCounter:
-    """Counts a model's forward passes."""
-
-    def __init__(self, model):
-        self.calls = 0
-        self.handle = model.register_forward_pre_hook(self._hook)
-
-    def _hook(self, module, args):
-        self.calls += 1
 
 
 def replay_transformers(configs: list[str], settings: dict, scripts: list[TypingScript],
@@ -289,13 +302,19 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
 
 # ------------------------------------------------------------------------------ CLI
 
+PROG = "specfill bench"
+
+
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="specfill bench", description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--suite", action="store_true",
+                    help="run the benchmark suite instead: every workload, draft configurations interleaved "
+                         "(specfill bench --suite --help)")
     ap.add_argument("--files", type=Path, default=DEFAULT_FILES,
                     help="folder of .py files to type (default: bench/files, not in the default pair's training data)")
-    ap.add_argument("--max-files", type=int, default=3, help="type at most this many files (sorted by name)")
-    ap.add_argument("--typed-lines", type=int, default=12, help="lines typed per file (a block in the middle)")
+    ap.add_argument("--max-files", type=number(int, 1), default=3, help="type at most this many files (sorted by name)")
+    ap.add_argument("--typed-lines", type=number(int, 1), default=12, help="lines typed per file (a block in the middle)")
     ap.add_argument("--target", default="default", help="targetModel setting")
     ap.add_argument("--draft", default="default", help="draftModel setting")
     ap.add_argument("--device", default="auto")
@@ -305,78 +324,95 @@ def parse_args(argv):
                          "as for `specfill complete`")
     ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
                     help=f"comma-separated subset of {','.join(ALL_CONFIGS)}")
-    ap.add_argument("--time-scale", type=float, default=0.1,
+    ap.add_argument("--time-scale", type=number(float, 0), default=0.1,
                     help="real sleep per keystroke gap, as a fraction of the typist's gap (1 = real time; "
                          "the server only works when asked, so this only stretches the run)")
-    ap.add_argument("--editor-debounce-ms", type=float, default=EDITOR_DEBOUNCE_MS,
+    ap.add_argument("--editor-debounce-ms", type=number(float, 0), default=EDITOR_DEBOUNCE_MS,
                     help="quiet time after a keystroke before the editor asks for a completion")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads for server and generate() (0 = the engine's auto policy)")
+    ap.add_argument("--threads", type=number(int, 0), default=0,
+                    help="torch threads for server and generate() (0 = the engine's auto policy)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default bench/results)")
     ap.add_argument("--machine", default="", help="words describing the machine, quoted in the report")
     return ap.parse_args(argv)
 
 
-def server_settings(args) -> dict:
-    settings = {"targetModel": args.target, "draftModel": args.draft, "device": args.device,
-                "dtype": args.dtype}
+def chosen(names: str, known, what: str = "configuration") -> list[str]:
+    """The comma-separated `names`, each one of `known` (else UsageError)."""
+    picked = [c.strip() for c in names.split(",") if c.strip()]
+    unknown = [c for c in picked if c not in known]
+    if unknown or not picked:
+        raise UsageError(f"unknown {what}(s) {', '.join(unknown) or repr(names)} (choose from {', '.join(known)})")
+    return picked
+
+
+def server_settings(target: str, draft: str, device: str = "auto", dtype: str = "auto",
+                    assignments: list[str] = ()) -> dict:
+    """The base server settings: the models, and any `--set NAME=VALUE` (checked as the server would)."""
+    settings = {"targetModel": target, "draftModel": draft, "device": device, "dtype": dtype}
     from lsp.settings import SettingsError, parse_assignment   # the settings table loads torch
 
     try:
-        settings.update(parse_assignment(item) for item in args.set)
+        settings.update(parse_assignment(item) for item in assignments)
     except SettingsError as exc:
-        raise SystemExit(f"specfill bench: --set: {exc}") from None
+        raise UsageError(f"--set: {exc}") from None
     return settings
 
 
-def machine_description(args) -> str:
+def machine_description(words: str = "") -> str:
     import torch
 
-    words = f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), " \
+    found = f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), " \
             f"torch {torch.__version__}, {torch.get_num_threads()} threads"
-    return f"{args.machine}; {words}" if args.machine else words
+    return f"{words}; {found}" if words else found
 
 
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [c for c in configs if c not in ALL_CONFIGS]
-    if unknown:
-        raise SystemExit(f"specfill bench: unknown configuration(s) {unknown}; choose from {list(ALL_CONFIGS)}")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--suite" in argv:
+        from bench.suite import main as suite_main
+        return suite_main([a for a in argv if a != "--suite"], prog=f"{PROG} --suite")
+    args = parse_args(argv)
+    try:
+        return run(args, argv)
+    except UsageError as exc:
+        print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def run(args, argv: list[str]) -> int:
+    configs = chosen(args.configs, ALL_CONFIGS)
+    scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms)
+    settings = server_settings(args.target, args.draft, args.device, args.dtype, args.set)
     # generate() here runs with the same thread policy as the server's engine
     from engine.threads import set_threads
     set_threads(args.threads, "auto")
     args.out.mkdir(parents=True, exist_ok=True)
-    scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms)
-    settings = server_settings(args)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "TOKENIZERS_PARALLELISM": "false"}
-    if args.threads:
-        env["OMP_NUM_THREADS"] = str(args.threads)
+    env = server_env(args.threads)
     n_requests = sum(1 for s in scripts for k in s.keystrokes if k.request)
-    print(f"specfill bench: {len(scripts)} files, {sum(len(s.keystrokes) for s in scripts)} keystrokes, "
+    print(f"{PROG}: {len(scripts)} files, {sum(len(s.keystrokes) for s in scripts)} keystrokes, "
           f"{n_requests} completion requests per configuration", file=sys.stderr)
 
-    command = shlex.join(["specfill", "bench", *(sys.argv[1:] if argv is None else argv)])
-    meta = {"command": command.strip(), "machine": machine_description(args), "settings": settings,
-            "files": [s.name for s in scripts], "typed_lines": args.typed_lines,
+    meta = {"command": shlex.join(["specfill", "bench", *argv]), "machine": machine_description(args.machine),
+            "settings": settings, "files": [s.name for s in scripts], "typed_lines": args.typed_lines,
             "editor_debounce_ms": args.editor_debounce_ms, "time_scale": args.time_scale,
             "requests_per_config": n_requests, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     records: list[dict] = []
-    for config in [c for c in configs if c in SERVER_CONFIGS]:
+    servers = {c: {**settings, **SERVER_CONFIGS[c]} for c in configs if c in SERVER_CONFIGS}
+    if servers:
         t0 = time.perf_counter()
-        records += asyncio.run(replay_server(config, {**settings, **SERVER_CONFIGS[config]}, scripts,
-                                             args.time_scale, args.editor_debounce_ms, args.out, env))
-        print(f"specfill bench: {config} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        records += asyncio.run(replay_servers(servers, scripts, args.time_scale, args.editor_debounce_ms,
+                                              args.out, env))
+        print(f"{PROG}: {', '.join(servers)} (interleaved) done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         write_outputs(records, configs, meta, args.out)   # a later failure keeps what was measured
     hf = [c for c in configs if c in HF_CONFIGS]
     if hf:
         t0 = time.perf_counter()
         records += replay_transformers(hf, settings, scripts, args.editor_debounce_ms)
-        print(f"specfill bench: {', '.join(hf)} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(f"{PROG}: {', '.join(hf)} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     text, png = write_outputs(records, configs, meta, args.out)
     print(text)
-    print(f"specfill bench: wrote {args.out / 'results.md'}, results.json" + (f", {png.name}" if png else ""),
+    print(f"{PROG}: wrote {args.out / 'results.md'}, results.json" + (f", {png.name}" if png else ""),
           file=sys.stderr)
     return 0
 

@@ -79,8 +79,3 @@ def test_replay_reports_figures_for_server_and_transformers(tmp_path):
     assert "## Goals" in md and "## Where the time goes" in md
     if importlib.util.find_spec("matplotlib"):
         assert (out / "latency.png").stat().st_size > 1000
-
-
-def test_unknown_configuration_is_refused(tmp_path):
-    with pytest.raises(SystemExit, match="unknown configuration"):
-        replay.main(["--configs", "full,fastest", "--out", str(tmp_path)])

@@ -45,6 +45,7 @@ def assert_one_line_error(code: int, out: str, err: str, *expected: str) -> None
 def source(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "ok.py"
     path.write_text("x = 1\n")
+    (path.parent / "empty").mkdir()   # a folder without .py files
     return path
 
 
@@ -76,9 +77,22 @@ def source(tmp_path_factory):
     (["serve", "--tcp", "x:y"], ["expected HOST:PORT"]),
     (["serve", "--tcp", "host:70000"], ["port out of range"]),
     (["serve", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["bench", "--bogus"], ["specfill bench: unrecognized arguments: --bogus"]),
+    (["bench", "--configs", "full,fastest"], ["unknown configuration(s) fastest", "no-draft"]),
+    (["bench", "--typed-lines", "0"], ["--typed-lines", "at least 1"]),
+    (["bench", "--time-scale", "-1"], ["--time-scale", "at least 0"]),
+    (["bench", "--files", "/no/such/folder"], ["--files", "cannot read /no/such/folder"]),
+    (["bench", "--files", "{empty}"], ["--files", "no .py files in"]),
+    (["bench", "--set", "maxNewTokens=lots"], ["--set", "specfill.maxNewTokens", "'lots'"]),
+    (["bench", "--suite", "--bogus"], ["specfill bench --suite: unrecognized arguments: --bogus"]),
+    (["bench", "--suite", "--workloads", "generate,typing"], ["unknown workload(s) typing", "end-of-line"]),
+    (["bench", "--suite", "--configs", "fastest"], ["unknown configuration(s) fastest", "draft-heuristic"]),
+    (["bench", "--suite", "--prompts", "0"], ["--prompts", "at least 1"]),
+    (["bench", "--suite", "--threads", "x"], ["--threads", "expected an integer"]),
+    (["bench", "--suite", "--files", "/no/such/folder"], ["--files", "cannot read /no/such/folder"]),
 ])
 def test_each_command_line_error_is_one_line_with_exit_code_2(args, expected, source, capsys):
-    args = [a.replace("{src}", str(source)) for a in args]
+    args = [a.replace("{src}", str(source)).replace("{empty}", str(source.parent / "empty")) for a in args]
     assert_one_line_error(*in_process(args, capsys), *expected)
 
 

@@ -1,0 +1,125 @@
+"""Pieces every benchmark here shares: where things are, the draft configurations compared, a real
+server over stdio (started, waited on), prompts for an engine, a forward-pass counter.
+
+Nothing heavy at import time: `specfill bench` imports this before torch may load.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+from bench.lsp_client import LspClient, initialize_params
+from lsp import commands
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FILES = Path(__file__).resolve().parent / "files"      # held out: not in the default pair's training data
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+# The ways of drafting compared everywhere, as server settings over the base settings:
+# "default" is as shipped (draft model + prompt lookup under the cost-aware controller).
+DRAFT_CONFIGS: dict[str, dict] = {
+    "no-draft": {"draftModel": "none"},
+    "ngram": {"draftModel": "ngram"},                                        # prompt lookup only
+    "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},   # the draft model, old +2/-1 rule
+    "default": {},
+}
+
+
+def rotated(names: list[str], i: int) -> list[str]:
+    """`names` starting at the i-th: who goes first changes from one request to the next, so
+    no configuration always runs right after the same other one."""
+    if not names:
+        return []
+    i %= len(names)
+    return names[i:] + names[:i]
+
+
+def server_env(threads: int = 0) -> dict:
+    """The environment of a benchmarked server: this checkout importable, `threads` torch threads
+    (0: the engine's own policy)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "TOKENIZERS_PARALLELISM": "false"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> LspClient:
+    """A real server over stdio, initialized with `settings` (its stderr in log_dir/server-NAME.log)."""
+    client = await LspClient.start([sys.executable, "-m", "lsp", "--log-level", "warning"], env,
+                                   log_dir / f"server-{name}.log", cwd=str(ROOT))
+    await client.request("initialize", initialize_params(settings, ROOT))
+    await client.notify("initialized", {})
+    return client
+
+
+async def start_servers(settings: dict[str, dict], env: dict, log_dir: Path) -> dict[str, LspClient]:
+    """One server per configuration, all started (models loading side by side) before any is
+    waited on; on a failure the ones started are closed."""
+    clients: dict[str, LspClient] = {}
+    try:
+        for name, s in settings.items():
+            clients[name] = await start_server(name, s, env, log_dir)
+        for client in clients.values():
+            await wait_loaded(client)
+    except BaseException:
+        await close_all(clients)
+        raise
+    return clients
+
+
+async def close_all(clients: dict[str, LspClient]) -> None:
+    for client in clients.values():
+        await client.close()
+
+
+async def wait_loaded(client: LspClient, timeout: float = 900.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = await client.execute(commands.STATS)
+        if stats["models"]["loaded"] and not stats["models"]["loading"]:
+            return stats
+        if stats["server"]["load_failures"]:
+            raise SystemExit(f"specfill bench: the server could not load the models: {client.messages}")
+        await asyncio.sleep(0.2)
+    raise SystemExit("specfill bench: models did not load in time")
+
+
+def held_out_prompts(n: int, chars: int, seed: int = 0) -> list[str]:
+    """`n` left-to-right prompts: the last `chars` characters before a random line of pygls's
+    source (installed with the server; not in the default pair's training data)."""
+    import pygls
+    files = sorted(p for p in Path(pygls.__file__).parent.rglob("*.py") if p.stat().st_size > 2000)
+    rng = random.Random(seed)
+    prompts = []
+    while len(prompts) < n:
+        text = rng.choice(files).read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        cut = rng.randrange(len(lines) // 4, len(lines))
+        prompts.append("".join(lines[:cut])[-chars:])
+    return prompts
+
+
+def prompt_ids(engine, text: str) -> tuple[list[int], list[int] | None]:
+    """`text` as a left-to-right prompt for the engine's target (BOS first) and for its draft
+    model (its own tokenizer; None without one)."""
+    target = [engine.target.tokenizer.bos_token_id] + engine.target.vocab.encode_text(text)
+    if engine.draft is None:
+        return target, None
+    bos = engine.draft.tokenizer.bos_token_id
+    return target, ([bos] if bos is not None else []) + engine.draft.vocab.encode_text(text)
+
+
+class CallCounter:
+    """Counts a model's forward passes."""
+
+    def __init__(self, model):
+        self.calls = 0
+        self.handle = model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args):
+        self.calls += 1

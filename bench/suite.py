@@ -1,0 +1,398 @@
+"""The benchmark suite: every workload in one run, the draft configurations side by side.
+
+    python -m bench.suite              # or: specfill bench --suite    (about 10 minutes on 2 CPU cores)
+    python -m bench.suite --quick      # a minute or two: fewer prompts, positions and typed lines
+    python -m bench.suite --workloads generate,end-of-line --configs ngram,default
+
+Workloads:
+  generate     the engine as `specfill generate` runs it, on held-out prompts (pygls source, left
+               to right, no cache between prompts)
+  end-of-line  the cursor at the end of code lines of held-out files (bench/files), a multi-line
+               answer each, through the real server over stdio (bench/end_of_line.py)
+  replay       the keystroke replay: files typed into the real server, a request at every pause
+               (bench/replay.py); also shown for the requests whose answer is multi-line
+Configurations: no-draft (the reference, always run), ngram (prompt lookup only), draft-heuristic
+(the draft model with the old +2/-1 rule), default (as shipped: draft model + lookup under the
+cost-aware controller). Each has its own engine (generate) or server (the other two), all loaded
+before the first request; requests alternate between them, who goes first rotating, so load from
+other work on the machine slows them alike.
+
+Per workload and configuration: p50/p95 latency as the caller sees it, tokens per target call,
+acceptance, the decode speedup over no draft (achieved), the one the standard formula predicts
+from the measured acceptance and costs (how: bench/speedup.py), efficiency = achieved /
+predicted, and how many answers equal no draft's. Writes suite.md (what is printed) and
+suite.json (every request with its engine stats) to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import gc
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import end_of_line, replay
+from bench.common import (DEFAULT_FILES, DEFAULT_OUT, DRAFT_CONFIGS, close_all, held_out_prompts, prompt_ids,
+                          rotated, server_env, start_servers)
+from bench.keystrokes import EDITOR_DEBOUNCE_MS
+from bench.replay import UsageError, chosen
+from bench.speedup import Costs, Speedup, Totals, measure_costs, speedup
+from completion.stats import percentile
+from lsp.arguments import EXIT_USAGE, OneLineParser, number
+
+WORKLOADS = ("generate", "end-of-line", "replay")
+MULTILINE = "replay, multi-line answers"
+BASELINE = "no-draft"
+LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`)",
+          "draft-heuristic": "draft model, old +2/-1 rule", "default": "**default** (draft + lookup, cost-aware)"}
+
+# Goals of issue 10 for the default configuration (shipped pair, this CPU).
+GOAL_SPEEDUP = 1.5          # (a) and (b) at p50
+GOAL_EOL_P50_MS = 150.0     # (b)
+GOAL_MULTILINE = 1.2        # (c), multi-line requests, at p50
+GOAL_EFFICIENCY = 0.9
+
+
+@dataclass
+class Sizes:
+    prompts: int = 12           # generate
+    prompt_chars: int = 1200
+    max_new_tokens: int = 48
+    max_files: int = 3          # end of line and replay
+    per_file: int = 4           # end-of-line positions per file
+    typed_lines: int = 12       # replay
+    time_scale: float = 0.1
+
+
+QUICK = Sizes(prompts=2, prompt_chars=600, max_new_tokens=16, max_files=2, per_file=1, typed_lines=2, time_scale=0.0)
+
+
+@dataclass
+class Request:
+    key: str            # what was asked, the same across configurations (prompt, position, keystroke)
+    ms: float           # latency as the caller sees it
+    output: str         # what it answered (token ids for generate, the ghost text otherwise)
+    engine: dict | None  # the engine's stats of its model run (None: no model ran, e.g. a cache hit)
+
+
+Results = dict[str, dict[str, list[Request]]]   # workload -> configuration -> requests
+
+
+# ------------------------------------------------------------------------------ the workloads
+
+def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: int, threads: int) -> dict:
+    """Every prompt through every configuration's engine, configurations alternating per prompt."""
+    from engine import GenerationSettings
+    from engine.threads import set_threads
+    from lsp import backend
+    from lsp.settings import Settings, parse_settings
+
+    parsed = {name: parse_settings(s, Settings()) for name, s in settings.items()}
+    engines = {name: backend.load_backend(p).engine for name, p in parsed.items()}   # as the server builds them
+    set_threads(threads, "cpu")   # after the loads: each engine applies its own policy when built
+
+    def once(name: str, prompt: str, tokens: int):
+        engine = engines[name]
+        engine.clear_caches()     # no reuse between prompts: each is a fresh request
+        target_ids, draft_ids = prompt_ids(engine, prompt)
+        p = parsed[name]
+        return engine.generate(target_ids, draft_ids, GenerationSettings(
+            max_new_tokens=tokens, draft_length=p.draftLength, draft_control=p.draftControl))
+
+    names = list(engines)
+    for name in names:            # first-call costs are not what a request waits for
+        once(name, prompts[-1], 8)
+    records: dict[str, list[Request]] = {name: [] for name in names}
+    for i, prompt in enumerate(prompts):
+        for name in rotated(names, i):
+            r = once(name, prompt, max_new_tokens)
+            stats = r.stats.as_dict()
+            records[name].append(Request(str(i), stats["latency_ms"], " ".join(map(str, r.token_ids)), stats))
+    return records
+
+
+async def run_servers(settings: dict[str, dict], positions: list, scripts: list, time_scale: float,
+                      log_dir: Path, env: dict) -> Results:
+    """End of line, then the replay, through one real server per configuration."""
+    clients = await start_servers(settings, env, log_dir)
+    out: Results = {}
+    try:
+        if positions:
+            asked = await end_of_line.ask_at(clients, positions)
+            out["end-of-line"] = {name: [Request(str(i), r["ms"], r["text"], r if "rounds" in r else None)
+                                         for i, r in enumerate(rs)] for name, rs in asked.items()}
+        if scripts:
+            typed = await replay.replay_interleaved(clients, scripts, time_scale, EDITOR_DEBOUNCE_MS)
+            out["replay"] = {name: [Request(f"{r['file']}:{r['keystroke']}", r["latency_ms"], r["text"],
+                                            replay_engine_stats(r))
+                                    for r in typed if r["config"] == name] for name in clients}
+    finally:
+        await close_all(clients)
+    return out
+
+
+def replay_engine_stats(record: dict) -> dict | None:
+    """A replay record's engine figures, keyed as the engine's own stats (None: no model ran)."""
+    if not record["ran_model"]:
+        return None
+    keys = ("rounds", "rounds_by_drafter", "controller", "drafted", "accepted", "new_tokens", "prefill_ms",
+            "draft_ms", "verify_ms")
+    return {**{k: record[k] for k in keys}, "latency_ms": record["engine_ms"]}
+
+
+def multiline_requests(by_config: dict[str, list[Request]]) -> dict[str, list[Request]]:
+    """The requests whose answer (without a draft) is more than one line."""
+    keys = {r.key for r in by_config[BASELINE] if "\n" in r.output}
+    return {name: [r for r in rs if r.key in keys] for name, rs in by_config.items()}
+
+
+# ------------------------------------------------------------------------------ figures
+
+@dataclass
+class Row:
+    workload: str
+    config: str
+    requests: int
+    model_runs: int
+    p50_ms: float | None
+    p95_ms: float | None
+    p50_speedup: float | None       # no draft's p50 over this one's
+    tokens_per_call: float | None
+    acceptance: float | None
+    speedup: Speedup
+    same: int                       # answers equal to no draft's for the same request
+
+
+def summarize(workload: str, by_config: dict[str, list[Request]]) -> tuple[list[Row], Costs | None]:
+    calls = {name: [r.engine for r in rs if r.engine] for name, rs in by_config.items()}
+    costs = measure_costs(calls, BASELINE) if calls[BASELINE] else None
+    base_out = {r.key: r.output for r in by_config[BASELINE]}
+    base_p50 = percentile([r.ms for r in by_config[BASELINE]], 50)
+    rows = []
+    for name, rs in by_config.items():
+        p50 = percentile([r.ms for r in rs], 50)
+        t = Totals.of(calls[name])
+        rows.append(Row(workload, name, len(rs), len(calls[name]), p50, percentile([r.ms for r in rs], 95),
+                        base_p50 / p50 if p50 and base_p50 else None, t.tokens_per_call, t.acceptance,
+                        speedup(calls[name], calls[BASELINE], costs) if costs else Speedup(None, None, None, False),
+                        sum(base_out.get(r.key) == r.output for r in rs)))
+    return rows, costs
+
+
+def _f(v, spec: str, suffix: str = "") -> str:
+    return "-" if v is None else f"{format(v, spec)}{suffix}"
+
+
+def table(rows: list[Row]) -> str:
+    out = ["| workload | configuration | requests (model runs) | p50 ms | p95 ms | p50 vs no draft "
+           "| tokens / target call | acceptance | decode speedup | formula predicts | efficiency | same answer |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        flat = "*" if r.speedup.flat_acceptance and r.speedup.predicted is not None else ""
+        out.append(f"| {r.workload} | {LABELS.get(r.config, r.config)} | {r.requests} ({r.model_runs}) "
+                   f"| {_f(r.p50_ms, '.0f')} | {_f(r.p95_ms, '.0f')} | {_f(r.p50_speedup, '.2f', 'x')} "
+                   f"| {_f(r.tokens_per_call, '.2f')} | {_f(r.acceptance, '.2f')} "
+                   f"| {_f(r.speedup.achieved, '.2f', 'x')} | {_f(r.speedup.predicted, '.2f', 'x')}{flat} "
+                   f"| {_f(r.speedup.efficiency and 100 * r.speedup.efficiency, '.0f', '%')} "
+                   f"| {r.same}/{r.requests} |")
+    return "\n".join(out)
+
+
+def costs_line(workload: str, costs: Costs | None) -> str:
+    if costs is None:
+        return f"- {workload}: no model run without a draft, no costs"
+    steps = ", ".join(f"{k} {v:.3f} ms" for k, v in sorted(costs.step.items())) or "none measured"
+    begin = f"; the draft model's prefill {costs.begin_model:.1f} ms per request that uses it (not in the formula)" \
+        if costs.begin_model is not None else ""
+    return (f"- {workload}: verify(1) {costs.verify_one:.2f} ms, +{costs.verify_per_token:.3f} ms per further "
+            f"token; draft step per token: {steps}{begin}")
+
+
+def goals(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
+    """(goal, measured, met) for the default configuration; met None where not measured."""
+    at = {(r.workload, r.config): r for r in rows}
+
+    def default(workload: str) -> Row | None:
+        return at.get((workload, "default"))
+
+    out = []
+    for workload, label in (("generate", "(a) generate"), ("end-of-line", "(b) end of line")):
+        r = default(workload)
+        v = r and r.p50_speedup
+        out.append((f"{label}: default >= {GOAL_SPEEDUP}x faster than no draft at p50", _f(v, ".2f", "x"),
+                    None if v is None else v >= GOAL_SPEEDUP))
+    r = default("end-of-line")
+    v = r and r.p50_ms
+    out.append((f"(b) end of line: default p50 < {GOAL_EOL_P50_MS:.0f} ms", _f(v, ".0f", " ms"),
+                None if v is None else v < GOAL_EOL_P50_MS))
+    r = default("replay")
+    v = r and r.p50_speedup
+    out.append(("(c) replay: default p50 not slower than no draft", _f(v, ".2f", "x"), None if v is None else v >= 1.0))
+    r = default(MULTILINE)
+    v = r and r.p50_speedup
+    out.append((f"(c) replay, multi-line answers: default >= {GOAL_MULTILINE}x at p50",
+                _f(v, ".2f", "x") if r else "no multi-line answer in this replay",
+                None if v is None else v >= GOAL_MULTILINE))
+    effs = [(r.workload, r.speedup.efficiency) for r in rows if r.config == "default" and r.speedup.efficiency]
+    if effs:
+        low = min(e for _, e in effs)
+        out.append((f"efficiency >= {100 * GOAL_EFFICIENCY:.0f}% (default, every workload)",
+                    ", ".join(f"{w} {100 * e:.0f}%" for w, e in effs), low >= GOAL_EFFICIENCY))
+    return out
+
+
+def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
+    rows: list[Row] = []
+    cost_lines = []
+    for workload, by_config in results.items():
+        found, costs = summarize(workload, by_config)
+        rows += found
+        cost_lines.append(costs_line(workload, costs))
+    lines = ["# specfill benchmark suite", "",
+             f"Command: `{meta['command']}`  ",
+             f"Machine: {meta['machine']}; load average {meta['load_before']} before, {meta['load_after']} after  ",
+             f"Run: {meta['started']}, {meta['seconds']:.0f} s, code {meta['code']}; target `{meta['settings']['targetModel']}`, "
+             f"draft `{meta['settings']['draftModel']}`; {meta['workload_sizes']}", "",
+             table(rows), "",
+             "Latency: the engine call (generate) or the request as the client sees it (end of line, replay: "
+             "cache hits and empty answers included). *Tokens / target call*: new tokens per target pass of the "
+             "rounds. *Decode speedup*: new tokens per ms after the target's prefill, over no draft's. "
+             "*Formula predicts*: the same from the measured acceptance and costs, "
+             "E = (1 - a^(k+1)) / (1 - a) per chain (per position: 1 + p1 + p1 p2 + ...) over "
+             "k x draft step + verify(k+1) + the measured overhead per round (bench/speedup.py); "
+             "* = no per-position estimates (the old heuristic runs no controller): its measured acceptance at every "
+             "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's.", "",
+             "Costs measured in this run:", "", *cost_lines, "",
+             "## Goals (default configuration)", "", "| goal | measured | met |", "|---|---|---|"]
+    for goal, measured, met in goals(rows):
+        lines.append(f"| {goal} | {measured} | {'-' if met is None else 'yes' if met else '**no**'} |")
+    return "\n".join(lines) + "\n", rows
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def parse_args(argv: list[str], prog: str) -> argparse.Namespace:
+    ap = OneLineParser(prog=prog, description=__doc__.splitlines()[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--quick", action="store_true", help="the smallest useful run (sizes below still apply)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {', '.join(WORKLOADS)}")
+    ap.add_argument("--configs", default=",".join(DRAFT_CONFIGS),
+                    help=f"comma-separated subset of {', '.join(DRAFT_CONFIGS)} ({BASELINE} always runs: the reference)")
+    ap.add_argument("--target", default="default", help="targetModel setting")
+    ap.add_argument("--draft", default="default", help="draftModel of the configurations that use one")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="any other server setting for every configuration (repeatable)")
+    sizes = Sizes()
+    ap.add_argument("--prompts", type=number(int, 1), help=f"generate: held-out prompts (default {sizes.prompts})")
+    ap.add_argument("--prompt-chars", type=number(int, 1), help=f"generate: characters per prompt ({sizes.prompt_chars})")
+    ap.add_argument("--max-new-tokens", type=number(int, 1), help=f"generate: tokens per prompt ({sizes.max_new_tokens})")
+    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="held-out .py files (default bench/files)")
+    ap.add_argument("--max-files", type=number(int, 1), help=f"end of line and replay: files used ({sizes.max_files})")
+    ap.add_argument("--per-file", type=number(int, 1), help=f"end of line: positions per file ({sizes.per_file})")
+    ap.add_argument("--typed-lines", type=number(int, 1), help=f"replay: lines typed per file ({sizes.typed_lines})")
+    ap.add_argument("--time-scale", type=number(float, 0),
+                    help=f"replay: real sleep per keystroke gap, as a fraction of the typist's ({sizes.time_scale})")
+    ap.add_argument("--threads", type=number(int, 0), default=1, help="torch threads per engine and server (0 = auto)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where suite.md and suite.json go (bench/results)")
+    ap.add_argument("--machine", default="", help="words describing the machine, quoted in the report")
+    return ap.parse_args(argv)
+
+
+def chosen_sizes(args: argparse.Namespace) -> Sizes:
+    base = QUICK if args.quick else Sizes()
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Sizes) if getattr(args, f.name) is not None}
+    return dataclasses.replace(base, **given)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv, prog)
+    sizes = chosen_sizes(args)
+    try:
+        workloads = chosen(args.workloads, WORKLOADS, "workload")
+        configs = chosen(args.configs, DRAFT_CONFIGS)
+        configs = [BASELINE] + [c for c in configs if c != BASELINE]
+        base = replay.server_settings(args.target, args.draft, args.device, args.dtype, args.set)
+        positions = (end_of_line.positions_in(args.files, sizes.max_files, sizes.per_file)
+                     if "end-of-line" in workloads else [])
+        scripts = (replay.load_scripts(args.files, sizes.typed_lines, 0, sizes.max_files, EDITOR_DEBOUNCE_MS)
+                   if "replay" in workloads else [])
+    except UsageError as exc:
+        print(f"{prog}: {exc} (see {prog} --help)", file=sys.stderr)
+        return EXIT_USAGE
+    settings = {name: {**base, **DRAFT_CONFIGS[name]} for name in configs}
+    load_before = _load()
+    t0 = time.perf_counter()
+    results: Results = {}
+    if "generate" in workloads:
+        prompts = held_out_prompts(sizes.prompts, sizes.prompt_chars)
+        results["generate"] = run_generate(settings, prompts, sizes.max_new_tokens, args.threads)
+        print(f"{prog}: generate done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        gc.collect()              # the engines go before the servers load
+    if positions or scripts:
+        args.out.mkdir(parents=True, exist_ok=True)
+        results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
+                                               args.out / "logs" / "suite", server_env(args.threads))))
+        multiline = multiline_requests(results["replay"]) if "replay" in results else {}
+        if any(multiline.values()):
+            results[MULTILINE] = multiline
+    meta = {"command": shlex.join([*prog.split(), *argv]), "machine": replay.machine_description(args.machine),
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() - (time.perf_counter() - t0))),
+            "seconds": time.perf_counter() - t0, "load_before": load_before, "load_after": _load(),
+            "settings": base, "sizes": dataclasses.asdict(sizes), "workload_sizes": describe(sizes, workloads, scripts),
+            "threads": args.threads, "code": _code_version()}
+    text, rows = report(results, meta)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "suite.md").write_text(text, encoding="utf-8")
+    (args.out / "suite.json").write_text(json.dumps({
+        "meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
+        "requests": {w: {c: [dataclasses.asdict(r) for r in rs] for c, rs in by.items()}
+                     for w, by in results.items() if w != MULTILINE}}, indent=1), encoding="utf-8")
+    print(f"{prog}: wrote {args.out / 'suite.md'} and suite.json", file=sys.stderr)
+    return 0
+
+
+def describe(sizes: Sizes, workloads: list[str], scripts: list) -> str:
+    parts = []
+    if "generate" in workloads:
+        parts.append(f"generate: {sizes.prompts} prompts of {sizes.prompt_chars} characters, "
+                     f"{sizes.max_new_tokens} new tokens")
+    if "end-of-line" in workloads:
+        parts.append(f"end of line: {sizes.per_file} positions in each of {sizes.max_files} files")
+    if "replay" in workloads:
+        keys = sum(len(s.keystrokes) for s in scripts)
+        asks = sum(1 for s in scripts for k in s.keystrokes if k.request)
+        parts.append(f"replay: {sizes.typed_lines} lines typed in each of {len(scripts)} files "
+                     f"({keys} keystrokes, {asks} requests)")
+    return "; ".join(parts)
+
+
+def _code_version() -> str:
+    """The commit measured (`-dirty`: with uncommitted changes)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _load() -> str:
+    try:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Smoke test of the benchmark suite (bench/suite.py) at its smallest settings on the tiny pair:
+every workload x configuration is in the printed table with figures that make sense (counts,
+ranges, the reference's own row, lossless answers), never how fast anything is."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bench import suite
+from tests.e2e.lsp_helpers import tiny_pair
+
+NUMBER = r"\d+(\.\d+)?"
+
+
+def cells_of(table: str) -> dict[tuple[str, str], list[str]]:
+    """(workload, configuration label) -> the row's cells, from the printed markdown table."""
+    rows = {}
+    for line in table.splitlines():
+        if line.startswith("| ") and not line.startswith(("| workload", "|---")):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 12:
+                rows[(cells[0], cells[1])] = cells[2:]
+    return rows
+
+
+def x(cell: str) -> float:
+    assert re.fullmatch(NUMBER + "x", cell), cell
+    return float(cell[:-1])
+
+
+@pytest.mark.timeout(900)   # includes building the tiny pair when no other test has
+def test_the_suite_prints_every_workload_and_configuration(tmp_path, capsys):
+    target, draft = tiny_pair()
+    out = tmp_path / "out"
+    rc = suite.main(["--quick", "--target", target, "--draft", draft, "--device", "cpu", "--dtype", "float32",
+                     "--out", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    md = (out / "suite.md").read_text()
+    assert md.strip() in printed
+    rows = cells_of(md)
+
+    for workload in suite.WORKLOADS:
+        counts = set()
+        for config, label in suite.LABELS.items():
+            assert (workload, label) in rows, f"no row for {workload} x {config}"
+            requests, p50, p95, p50_vs, per_call, acceptance, achieved, predicted, efficiency, same = \
+                rows[(workload, label)]
+            n, runs = map(int, re.fullmatch(r"(\d+) \((\d+)\)", requests).groups())
+            counts.add(n)
+            assert 0 < runs <= n
+            assert 0 <= float(p50) <= float(p95)
+            assert x(p50_vs) > 0 and float(per_call) > 0
+            assert x(achieved) > 0 and x(predicted.rstrip("*")) > 0
+            assert re.fullmatch(r"\d+%", efficiency) and int(efficiency[:-1]) > 0, efficiency
+            assert same == f"{n}/{n}", f"{workload} x {config}: answers differ from no draft's (greedy is lossless)"
+            if config == "no-draft":
+                assert (x(p50_vs), x(achieved), acceptance) == (1.0, 1.0, "-")
+                # the reference predicts itself, less the planning time of rounds that draft nothing
+                assert 90 <= int(efficiency[:-1]) <= 100, efficiency
+            elif acceptance != "-":
+                assert 0 <= float(acceptance) <= 1
+            if config == "draft-heuristic" and acceptance != "-":
+                assert predicted.endswith("*")      # no controller: the measured acceptance at every position
+        assert len(counts) == 1, f"{workload}: configurations answered different numbers of requests"
+
+    assert "Costs measured in this run:" in md and "## Goals (default configuration)" in md
+    for workload in suite.WORKLOADS:
+        assert re.search(rf"- {workload}: verify\(1\) {NUMBER} ms", md), workload
+
+    saved = json.loads((out / "suite.json").read_text())
+    assert set(saved["requests"]) == set(suite.WORKLOADS)
+    for row in saved["rows"]:
+        s = row["speedup"]
+        assert s["efficiency"] == pytest.approx(s["achieved"] / s["predicted"])
+    engine_runs = [r["engine"] for by in saved["requests"].values() for rs in by.values() for r in rs if r["engine"]]
+    assert engine_runs and all(e["rounds"] >= 1 and e["new_tokens"] >= 0 for e in engine_runs)

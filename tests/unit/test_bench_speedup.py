@@ -1,0 +1,89 @@
+"""The suite's formula (bench/speedup.py) on engine stats written out by hand: the closed form,
+per-position acceptance, the costs taken from the no-draft configuration, and the prediction
+for a mix of rounds worked out on paper."""
+from __future__ import annotations
+
+import pytest
+
+from bench.speedup import Totals, expected_tokens, measure_costs, predicted_rate, speedup, tree_tokens
+
+
+def call(rounds: dict, drafted: int, accepted: int, new: int, latency: float, prefill: float, draft: float,
+         verify: float, controller: dict | None = None) -> dict:
+    """One engine call's stats, keyed as GenerationStats.as_dict() keys them."""
+    return {"rounds": sum(rounds.values()), "rounds_by_drafter": rounds, "drafted": drafted, "accepted": accepted,
+            "new_tokens": new, "latency_ms": latency, "prefill_ms": prefill, "draft_ms": draft,
+            "verify_ms": verify, "controller": controller or {}}
+
+
+@pytest.mark.parametrize("a", [0.0, 0.3, 0.5, 0.9])
+@pytest.mark.parametrize("k", [0, 1, 4, 16])
+def test_one_rate_gives_the_closed_form(a, k):
+    assert expected_tokens([a], k) == pytest.approx((1 - a ** (k + 1)) / (1 - a))
+
+
+def test_acceptance_by_position_and_fractional_length():
+    # 1 + p1 + p1 p2 + p1 p2 p3, the last position's rate carried on
+    assert expected_tokens([0.5, 1.0], 3) == pytest.approx(2.5)
+    assert expected_tokens([0.8, 0.5], 2) == pytest.approx(1 + 0.8 + 0.4)
+    # half a token more than k = 1: halfway to k = 2
+    assert expected_tokens([0.5], 1.5) == pytest.approx((1.5 + 1.75) / 2)
+    assert expected_tokens([], 3) == 1.0
+
+
+def test_a_tree_of_one_chain_is_that_chain_and_two_chains_never_lose():
+    lookup, model = [0.6, 0.5], [0.7]
+    assert tree_tokens(lookup, model, 2, 0) == pytest.approx(expected_tokens(lookup, 2))
+    both = tree_tokens(lookup, model, 2, 2)
+    assert both > max(expected_tokens(lookup, 2), expected_tokens(model, 2))
+    # depth 1: 0.6 + 0.7 - 0.42; depth 2: 0.3 + 0.49 - 0.147
+    assert both == pytest.approx(1 + 0.88 + 0.643)
+
+
+def test_costs_and_prediction_for_a_mix_of_rounds():
+    no_draft = [call({"none": 10}, 0, 0, 10, latency=120, prefill=20, draft=0, verify=90)]   # 9 ms per token
+    controller = {"lookup": {"acceptance_by_position": [0.5], "step_ms": 0.1},
+                  "model": {"acceptance_by_position": [0.8, 0.5], "step_ms": 1.0, "begin_ms": 5.0}}
+    # 2 none rounds, 2 lookup rounds, 2 model rounds, 12 drafted (k = 3), 6 accepted, 12 tokens.
+    mixed = [call({"none": 2, "lookup": 2, "model": 2}, 12, 6, 12, latency=150, prefill=20, draft=14,
+                  verify=6 * 9 + 12 * 0.5, controller=controller)]
+    costs = measure_costs({"no-draft": no_draft, "default": mixed}, "no-draft")
+    assert costs.verify_one == pytest.approx(9.0)
+    assert costs.verify_per_token == pytest.approx(0.5)      # the verify time beyond 9 ms a round, per drafted token
+    assert costs.step == {"lookup": 0.1, "model": 1.0}
+    assert costs.begin_model == 5.0
+
+    overhead = (130 - 14 - 60) / 6                           # decode - drafting - verifying, per round
+    tokens = 2 * 1 + 2 * expected_tokens([0.5], 3) + 2 * expected_tokens([0.8, 0.5], 3)
+    time = 2 * 9 + 2 * (3 * 0.1 + 10.5) + 2 * (3 * 1.0 + 10.5) + 6 * overhead   # verify(4) = 9 + 3 x 0.5
+    rate, flat = predicted_rate(mixed, costs)
+    assert not flat and rate == pytest.approx(tokens / time)
+
+    s = speedup(mixed, no_draft, costs)
+    base_rate = 10 / 100
+    assert s.achieved == pytest.approx((12 / 130) / base_rate)
+    assert s.predicted == pytest.approx(rate / base_rate)
+    assert s.efficiency == pytest.approx(s.achieved / s.predicted)
+
+
+def test_no_controller_means_the_measured_acceptance_at_every_position():
+    no_draft = [call({"none": 4}, 0, 0, 4, latency=50, prefill=10, draft=0, verify=40)]
+    heuristic = [call({"model": 4}, 8, 4, 8, latency=80, prefill=10, draft=8, verify=4 * 10 + 8 * 1.0)]
+    costs = measure_costs({"no-draft": no_draft, "draft-heuristic": heuristic}, "no-draft")
+    assert costs.step == {"model": 1.0}                      # its drafting time per drafted token
+    rate, flat = predicted_rate(heuristic, costs)
+    assert flat
+    t = Totals.of(heuristic)
+    assert (t.mean_k, t.acceptance) == (2.0, 0.5)
+    per_round = 2 * 1.0 + 10 + 2 * 1.0 + t.overhead_ms
+    assert rate == pytest.approx(expected_tokens([0.5], 2) / per_round)
+
+
+def test_the_reference_predicts_itself():
+    no_draft = [call({"none": 5}, 0, 0, 5, latency=70, prefill=10, draft=1, verify=50),
+                call({"none": 3}, 0, 0, 3, latency=40, prefill=5, draft=0.5, verify=30)]
+    costs = measure_costs({"no-draft": no_draft}, "no-draft")
+    s = speedup(no_draft, no_draft, costs)
+    assert s.achieved == 1.0
+    # the prediction leaves out only the drafting time of rounds that drafted nothing (planning)
+    assert s.efficiency == pytest.approx((95 - 1.5) / 95)

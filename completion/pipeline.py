@@ -20,6 +20,7 @@ from completion.postprocess import Cleaned, clean_completion, find_cut, is_singl
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, FimTemplate, load_template
 from engine.kv import common_prefix_len
+from engine.remote import InfillPrompt, RemoteEngine, RemoteError, TextPrompt
 from engine.settings import DRAFT_CONTROLS, GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
@@ -209,19 +210,28 @@ class CompletionPipeline:
         if cancel is not None and cancel.is_set():
             return None
 
-        prompts = self.build_prompts(req.uri, cur, options)
         late_newline = not options.stop_while_decoding and is_single_line(cur, options.multiline)
         gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
                                  temperature=options.temperature, time_budget_ms=options.time_budget_ms,
                                  draft_control=options.draft_control,
                                  stop_strings=("\n",) if late_newline else ())
-        result = self.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None, gen,
-                                      stop_ids=prompts.target.stop_ids, cancel=cancel,
-                                      stop_check=self._stop_check(cur, options) if options.stop_while_decoding else None)
+        stop_check = self._stop_check(cur, options) if options.stop_while_decoding else None
+        if isinstance(self.engine, RemoteEngine):
+            run = self._remote_generate(req.uri, cur, options, gen, cancel, stop_check)
+            if run is None:     # the remote failed: told once, answered empty, nothing cached
+                return None
+            result, stats = run
+        else:
+            prompts = self.build_prompts(req.uri, cur, options)
+            result = self.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
+                                          gen, stop_ids=prompts.target.stop_ids, cancel=cancel, stop_check=stop_check)
         cleaned = None
         if result.stop_reason != "cancelled":
             cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
-        stats = self._run_stats(req.uri, prompts, result, cleaned)
+        if isinstance(self.engine, RemoteEngine):
+            stats.update(shown_tokens=result.pieces_covering(cleaned.source_chars if cleaned else 0))
+        else:
+            stats = self._run_stats(req.uri, prompts, result, cleaned)
         with self._lock:
             self._stats.add_model_run(stats, (time.perf_counter() - t0) * 1000)
         self.last_stats = stats
@@ -244,6 +254,60 @@ class CompletionPipeline:
             cut = find_cut(text, cur, options.multiline, options.max_lines, options.tab_size, final=False)
             return TextStop(cut.reason, cut.decided_at) if cut is not None else None
         return check
+
+    # -- remote target (engine/remote.py) ---------------------------------------------------------
+    on_remote_message: Callable[[str, bool], None] | None = None   # (message, is_error): tell the user
+
+    def _remote_generate(self, uri: str, cur: Cursor, options: CompletionOptions, gen: GenerationSettings,
+                         cancel: threading.Event | None, stop_check) -> tuple[GenerationResult, dict] | None:
+        """Same windows, extra context and stop rules as a local target; the server decodes.
+        A failure is reported once per kind (and the recovery once) and gives no answer."""
+        engine = self.engine
+        health = engine.health
+        try:
+            info = engine.ensure_probed()
+            prompt, described = self.remote_prompt(uri, cur, options, info)
+            result = engine.generate(prompt, gen, cancel=cancel, stop_check=stop_check)
+        except (RemoteError, ValueError) as err:
+            if not isinstance(err, RemoteError):
+                err = RemoteError("config", str(err))
+            self.last_stats = {"remote_error": str(err), "remote_error_kind": err.kind}
+            log.warning("remote target: %s", err)
+            if health.failed(err) and self.on_remote_message:
+                self.on_remote_message(str(err), True)
+            return None
+        if health.worked() and self.on_remote_message:
+            self.on_remote_message(f"remote target {engine.settings.base_url} answers again", False)
+        stats = result.stats.as_dict()
+        # The server's own figures when the stream ran to its end (its last event carries them).
+        stats.update(described, stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens,
+                     prompt_tokens=result.stats.prefill_tokens + result.stats.reused_tokens,
+                     prompt_shared_tokens=result.stats.reused_tokens, draft_prompt_tokens=0,
+                     backend=info.backend, remote_model=info.model, raw_text=result.text)
+        return result, stats
+
+    def remote_prompt(self, uri: str, cur: Cursor, options: CompletionOptions, info) -> tuple[object, dict]:
+        """The remote's prompt (InfillPrompt or TextPrompt) and how it was built (for stats)."""
+        from completion import remote_prompt as rp
+
+        n_ctx = info.n_ctx or self.engine.config.max_cache_tokens
+        room = max(n_ctx - options.max_new_tokens - PROMPT_OVERHEAD_TOKENS, 16)
+        budgets = (options.prefix_tokens, options.suffix_tokens, options.extra_tokens)
+        if sum(budgets) > room:
+            scale = room / sum(budgets)
+            budgets = (max(1, int(budgets[0] * scale)), int(budgets[1] * scale), int(budgets[2] * scale))
+        window = cut_window(cur, rp.estimate_tokens, budgets[0], budgets[1], options.window_step_lines)
+        with self._lock:
+            extra = self.extra.select(uri, budgets[2], rp.estimate_tokens)
+        described = dict(window_lines=[window.start_line, window.end_line], extra_chunks=len(extra))
+        if info.backend == "llamacpp" and info.fim and options.fim_template == "auto":
+            described.update(template="llamacpp-infill", layout="server")
+            return InfillPrompt(window.prefix, window.suffix, tuple((c.path, c.text) for c in extra)), described
+        family = rp.resolve_family(options.fim_template, info.model)
+        layout = rp.text_layout(family, options.fim_layout)
+        text = rp.build_text(family, window.prefix, window.suffix, layout, extra, path=uri_to_path(uri))
+        described.update(template=family, layout=layout)
+        return TextPrompt(text, rp.stop_strings(family)), described
 
     def build_prompts(self, uri: str, cur: Cursor, options: CompletionOptions) -> Prompts:
         """The target's prompt, and how to build the draft's own (its template, window and
@@ -311,6 +375,11 @@ class CompletionPipeline:
     def stats_summary(self) -> dict:
         with self._lock:
             out = self._stats.summary()
+        if isinstance(self.engine, RemoteEngine):
+            h, info = self.engine.health, self.engine.info
+            out["remote"] = {"url": self.engine.settings.base_url, "backend": info.backend if info else None,
+                             "model": info.model if info else None, "failing": h.failing,
+                             "last_error": h.last_error, "failures": dict(h.failures)}
         for k in ("template", "layout", "draft_template", "draft_layout"):
             if k in self.last_stats:
                 out[k] = self.last_stats[k]

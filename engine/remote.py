@@ -355,6 +355,15 @@ class RemoteConfig:
     max_cache_tokens: int = 4096
 
 
+@dataclass
+class RemoteResult(GenerationResult):
+    piece_ends: list[int] = field(default_factory=list)   # end offset in `text` of each streamed piece
+
+    def pieces_covering(self, chars: int) -> int:
+        """How many streamed pieces (tokens) it took to produce the first `chars` characters."""
+        return next((i + 1 for i, end in enumerate(self.piece_ends) if end >= chars), len(self.piece_ends)) if chars else 0
+
+
 class RemoteEngine:
     """A remote target in the Engine's place: no local models, no draft (the server may run its
     own speculation). Keeps the probe result and reports failures once per kind."""
@@ -378,19 +387,20 @@ class RemoteEngine:
             return self.remote.info or self.remote.probe()
 
     def generate(self, prompt: InfillPrompt | TextPrompt, settings: GenerationSettings,
-                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None) -> GenerationResult:
+                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None) -> RemoteResult:
         """Stream the remote's answer until it ends, the stop check decides, the budget is spent
         or `cancel` is set; the HTTP stream is closed in every case. Raises RemoteError."""
         t0 = time.perf_counter()
         stats = GenerationStats()
         timings: dict = {}
-        text, reason = "", "eos"
+        text, reason, ends = "", "eos", []
         try:
             self.ensure_probed()
             pieces = self.remote.stream(prompt, settings, timings)
             try:
                 for piece in pieces:
                     text += piece
+                    ends.append(len(text))
                     stats.new_tokens += 1      # llama.cpp and vLLM stream one token per event
                     if cancel is not None and cancel.is_set():
                         reason = "cancelled"
@@ -410,14 +420,14 @@ class RemoteEngine:
                 pieces.close()     # leaves the `with client.stream(...)`: the connection closes
         except RemoteError as e:
             if cancel is not None and cancel.is_set():
-                return GenerationResult(text, [], "cancelled", stats)
+                return RemoteResult(text, [], "cancelled", stats, ends)
             self.remote.info = None if e.kind in ("unreachable", "not_found") else self.remote.info
             raise
         stats.latency_ms = (time.perf_counter() - t0) * 1000
         stats.prefill_tokens = int(timings.get("prompt_n", 0) or 0)
         stats.reused_tokens = int(timings.get("cache_n", 0) or 0)
         stats.prefill_ms = float(timings.get("prompt_ms", 0.0) or 0.0)
-        return GenerationResult(text, [], reason, stats)
+        return RemoteResult(text, [], reason, stats, ends)
 
     def clear_caches(self) -> None:
         pass

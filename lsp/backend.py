@@ -15,6 +15,7 @@ from lsp.settings import Settings
 if TYPE_CHECKING:   # imported for real inside the functions that load them
     from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
     from engine import Engine
+    from engine.remote import RemoteEngine
 
 log = logging.getLogger("specfill.backend")
 
@@ -23,7 +24,7 @@ log = logging.getLogger("specfill.backend")
 class Backend:
     """A loaded engine and the completion pipeline on top of it; used from one thread only."""
 
-    engine: Engine
+    engine: Engine | RemoteEngine
     pipeline: CompletionPipeline
     settings: Settings   # the settings it was loaded with
     load_ms: float = 0.0
@@ -37,6 +38,12 @@ def load_backend(settings: Settings) -> Backend:
     from engine import Engine, EngineConfig
 
     t0 = time.perf_counter()
+    if is_remote_target(settings.targetModel):
+        engine = remote_engine(settings)
+        pipeline = CompletionPipeline(engine)
+        load_ms = (time.perf_counter() - t0) * 1000
+        log.info("remote target %s (backend %s)", engine.settings.base_url, settings.backend)
+        return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
     config = EngineConfig(target=settings.targetModel, draft=settings.draftModel,
                           device=settings.device, dtype=settings.dtype,
                           trust_remote_code=settings.trustRemoteCode,
@@ -47,6 +54,27 @@ def load_backend(settings: Settings) -> Backend:
     load_ms = (time.perf_counter() - t0) * 1000
     log.info("loaded target=%s draft=%s in %.0f ms", settings.targetModel, settings.draftModel, load_ms)
     return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
+
+
+def is_remote_target(target: str) -> bool:
+    return target.lower().startswith(("http://", "https://"))
+
+
+def remote_engine(settings: Settings) -> RemoteEngine:
+    """The remote target the settings name; no connection yet (the first request probes it, so a
+    server that is down at start-up is picked up when it comes back). Raises ModelLoadError for
+    settings that cannot work (a bad URL, a missing CA bundle)."""
+    from engine.models import ModelLoadError
+    from engine.remote import RemoteEngine, RemoteError, RemoteSettings
+
+    try:
+        remote = RemoteSettings(url=settings.targetModel, backend=settings.backend, api_key=settings.apiKey,
+                                api_key_env=settings.apiKeyEnv, verify_tls=settings.verifyTls,
+                                ca_bundle=settings.caBundle, connect_timeout_s=settings.connectTimeoutMs / 1000,
+                                read_timeout_s=settings.readTimeoutMs / 1000)
+    except RemoteError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return RemoteEngine(remote, max_cache_tokens=settings.maxCacheTokens)
 
 
 def completion_options(settings: Settings) -> CompletionOptions:

@@ -61,10 +61,12 @@ def _end_progress(ls: SpecfillServer, token: Optional[str], message: str) -> Non
         log.debug("progress notification failed", exc_info=True)
 
 
-def _load_and_warm(settings: Settings) -> backend.Backend:
+def _load_and_warm(settings: Settings, tell=None) -> backend.Backend:
     """Worker thread: load the models and run one tiny completion so the first real request
-    does not pay for lazy initialisation."""
+    does not pay for lazy initialisation. `tell(message, is_error)` reports a remote target's
+    failures and recoveries (once per kind) from the worker thread."""
     loaded = backend.load_backend(settings)
+    loaded.pipeline.on_remote_message = tell
     try:
         options = backend.completion_options(settings.replace(maxNewTokens=2))
         req = backend.completion_request("specfill://warmup", "def f(x):\n    return ", 1, 11)
@@ -81,8 +83,9 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     token = await _begin_progress(ls, f"loading {what}")
     t0 = time.perf_counter()
     try:
-        loaded = await asyncio.get_running_loop().run_in_executor(
-            state.worker, _load_and_warm, settings)
+        loop = asyncio.get_running_loop()
+        loaded = await loop.run_in_executor(state.worker, _load_and_warm, settings,
+                                            lambda message, error: _tell_from_worker(ls, loop, message, error))
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # noqa: BLE001  (any failure must leave the server running)
@@ -99,6 +102,12 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     _end_progress(ls, token, f"ready ({ms:.0f} ms)")
     log.info("loaded %s in %.0f ms", what, ms)
     note_open_documents(ls)
+
+
+def _tell_from_worker(ls: SpecfillServer, loop: asyncio.AbstractEventLoop, message: str, error: bool) -> None:
+    """window/showMessage for a remote target's failure or recovery, sent from the event loop."""
+    kind = types.MessageType.Error if error else types.MessageType.Info
+    loop.call_soon_threadsafe(show, ls, message, kind)
 
 
 def _load_failed(ls: SpecfillServer, exc: BaseException, what: str, token: Optional[str], generation: int) -> None:

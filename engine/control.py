@@ -9,7 +9,13 @@ by draft position and the cost of one draft step (and for the draft model the co
 its cache up to the request's prompt, paid by the first round of a request that uses it), and
 for the target the cost of verifying w tokens; each round it compares "no draft" (1 token for
 verify(1)), every k of the draft model, and the prompt lookup's proposal cut to every length,
-and takes the best rate. A drafter that
+and, where both lookup and the model can draft, a tree of both chains verified in one target
+pass (engine/tree.py), and takes the best rate. A tree of a lookup chain of kl tokens and a model
+chain of km yields 1 + sum over depths i of P(some chain holds to depth i); with L_i and M_i the
+chains' products p_1...p_i and the two taken as independent, that is
+E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the model's km steps plus
+verify(1 + kl + km) plus what a tree pass costs beyond a chain of that width (its mask and
+gathered positions, measured). A drafter that
 loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
 slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
 hiccup cannot shut drafting off for good.
@@ -100,9 +106,20 @@ class VerifyCost:
 
 @dataclass
 class Plan:
-    drafter: str      # "none", "lookup" or "model"
-    k: int            # tokens to draft (the lookup's proposal is cut to k)
+    drafter: str      # "none", "lookup", "model" or "tree" (lookup and model in one pass)
+    k: int            # tokens to draft (the lookup's proposal is cut to k; a tree's model chain)
     expected_rate: float   # expected new tokens per ms (0 before any cost is known)
+    lookup_k: int = 0      # a tree's lookup chain
+
+
+def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
+    """For i = 0..k: the sum of the chain products p_1...p_j for j <= i, and the products."""
+    sums, chains, chain = [0.0], [1.0], 1.0
+    for i in range(k):
+        chain *= est.p(i)
+        chains.append(chain)
+        sums.append(sums[-1] + chain)
+    return sums, chains
 
 
 @dataclass
@@ -114,49 +131,123 @@ class DraftController:
     since_model: int = 0     # rounds since each drafter was last used (for probing)
     since_lookup: int = 0
     rounds: int = 0          # rounds measured, over all requests
+    rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
+    tree_extra_ms: float | None = None   # a tree pass's cost beyond a chain of its width (None: unmeasured)
+    frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
 
-    def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True) -> Plan:
+    def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
+             tree_ok: bool = False) -> Plan:
         """The best round given a lookup proposal of `lookup_tokens` (0: none), whether a draft
-        model is there, and whether it has already begun this request (else its prefill is part
-        of this round's cost)."""
+        model is there, whether it has already begun this request (else its prefill is part
+        of this round's cost), and whether the target can verify a tree."""
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
             return Plan("model", min(4, max_k), 0.0)
         if not self.verify.seen:    # no costs known yet: measure a round first
             return Plan("lookup", min(lookup_tokens, max_k), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-        best = Plan("none", 0, 1.0 / max(self.verify(1), 1e-6))
-        for k in range(1, min(lookup_tokens, max_k) + 1):
-            rate = self.lookup.expected_tokens(k) / max(self.verify(k + 1), 1e-6)
+        one, per = self.verify.one_ms, self.verify.per_token_ms
+        verify = [max(one + per * (w - 1), 1e-6) for w in range(2 * max_k + 2)]   # self.verify(w) by width
+        lookup_k = min(lookup_tokens, max_k)
+        l_sums, l_chains = _cumulative(self.lookup, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
+        best = Plan("none", 0, 1.0 / verify[1])
+        for k in range(1, lookup_k + 1):
+            rate = (1 + l_sums[k]) / verify[k + 1]
             if rate > best.expected_rate or (self.since_lookup >= PROBE_EVERY and best.drafter == "none"):
                 best = Plan("lookup", k, rate)
-        best_model = None
         if has_model:
             begin = 0.0 if model_ready else self.model.begin_ms
+            m_sums, m_chains = _cumulative(self.model, max_k)
+            best_model = None
             for k in range(1, max_k + 1):
-                cost = begin + k * self.model.step_ms + self.verify(k + 1)
-                rate = self.model.expected_tokens(k) / max(cost, 1e-6)
+                rate = (1 + m_sums[k]) / (begin + k * self.model.step_ms + verify[k + 1])
                 if best_model is None or rate > best_model.expected_rate:
                     best_model = Plan("model", k, rate)
             if best_model.expected_rate > best.expected_rate or self.since_model >= PROBE_EVERY:
                 best = best_model
+            if tree_ok and lookup_k:
+                tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), verify, begin)
+                if tree.expected_rate > best.expected_rate:
+                    best = tree
+        return best
+
+    def _best_tree(self, lookup, model, verify: list[float], begin: float) -> Plan:
+        """The best tree of a lookup chain and a model chain (see the module's formula) from
+        their cumulative sums and products (`_cumulative`); the width counts both chains whole
+        (their common prefix is not known before drafting)."""
+        (l_sums, l_chains), (m_sums, m_chains) = lookup, model
+        lookup_k, max_k = len(l_sums) - 1, len(m_sums) - 1
+        both = [0.0]
+        for i in range(1, max_k + 1):
+            both.append(both[-1] + (l_chains[i] * m_chains[i] if i <= lookup_k else 0.0))
+        extra = max(0.0, self.tree_extra_ms or 0.0)
+        step = self.model.step_ms
+        best = Plan("tree", 0, 0.0)
+        # Rates rise with each chain's length, then fall: a row (or the rows) stops a few steps
+        # after its best, which keeps this to a few dozen candidates instead of kl x km.
+        rows_fell, row_prev = 0, 0.0
+        for kl in range(1, lookup_k + 1):
+            row_best, fell = 0.0, 0
+            for km in range(1, max_k + 1):
+                tokens = 1 + l_sums[kl] + m_sums[km] - both[min(kl, km)]
+                rate = tokens / (begin + km * step + verify[1 + kl + km] + extra)
+                if rate > best.expected_rate:
+                    best = Plan("tree", km, rate, kl)
+                if rate > row_best:
+                    row_best, fell = rate, 0
+                elif (fell := fell + 1) >= 3:
+                    break
+            rows_fell = 0 if row_best > row_prev else rows_fell + 1
+            row_prev = max(row_prev, row_best)
+            if rows_fell >= 3:
+                break
         return best
 
     def record(self, plan: Plan, drafted: int, accepted: int, draft_ms: float, verify_ms: float,
                begin_ms: float | None = None) -> None:
         """What a round of `plan` gave: `drafted` tokens verified, `accepted` of them; `begin_ms`
         when the round began the draft model for its request."""
-        self.rounds += 1
+        self._count(plan)
+        if self.frozen:
+            return
         self.verify.record(drafted + 1, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
-        self.since_model = 0 if plan.drafter == "model" else self.since_model + 1
-        self.since_lookup = 0 if plan.drafter == "lookup" else self.since_lookup + 1
         if plan.drafter == "model":
             self.model.record(plan.k, drafted, accepted, draft_ms)
         elif plan.drafter == "lookup":
             self.lookup.record(plan.k, drafted, accepted, draft_ms)
 
+    def record_tree(self, plan: Plan, lookup: tuple[int, int], model: tuple[int, int], width: int,
+                    tree_pass: bool, draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
+        """What a tree round gave: (drafted, accepted) of its lookup chain and of its model chain
+        (a chain's accepted tokens are those the accepted path shares with it), the width
+        verified, and whether it took a tree pass (chains that merged into one are verified as
+        a chain)."""
+        self._count(plan)
+        if self.frozen:
+            return
+        if not tree_pass:
+            self.verify.record(width, verify_ms)
+        else:   # what the pass cost beyond a chain of its width, bounded like the other costs
+            chain_ms = self.verify(width)
+            extra = min(max(verify_ms - chain_ms, -chain_ms), MAX_JUMP * chain_ms)
+            self.tree_extra_ms = extra if self.tree_extra_ms is None else (
+                self.tree_extra_ms + COST_EMA * (extra - self.tree_extra_ms))
+        if begin_ms is not None:
+            self.model.record_begin(begin_ms)
+        self.lookup.record(plan.lookup_k, *lookup, 0.0)
+        self.model.record(plan.k, *model, draft_ms)
+
+    def _count(self, plan: Plan) -> None:
+        self.rounds += 1
+        self.rounds_by_kind[plan.drafter] += 1
+        self.since_model = 0 if plan.drafter in ("model", "tree") else self.since_model + 1
+        self.since_lookup = 0 if plan.drafter in ("lookup", "tree") else self.since_lookup + 1
+
     def summary(self) -> dict:
-        return {"rounds": self.rounds, "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},
+        extra = None if self.tree_extra_ms is None else round(self.tree_extra_ms, 3)
+        return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
+                "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3),
+                              "tree_extra": extra},
                 "lookup": self.lookup.summary(), "model": self.model.summary()}

@@ -2,8 +2,10 @@
 
 One round: a drafter proposes k target ids, the target scores [last, *candidates] in ONE
 forward pass, the verification rule accepts a prefix and adds the target's own next token.
-Which drafter (prompt lookup, the draft model, or none) and how many tokens is decided each
-round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
+When prompt lookup and the draft model both draft, their two chains form a tree below `last`
+(engine/tree.py) that the target scores in one pass too, and the round walks down it.
+Which drafter (prompt lookup, the draft model, both as a tree, or none) and how many tokens is
+decided each round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
 auto`, the old +2/-1 heuristic when asked for, or a fixed number.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round
 computes exactly len(candidates) + 1 positions.
@@ -19,10 +21,11 @@ import torch
 
 from .control import DraftController, Plan
 from .drafters import Draft, Drafter, NgramDrafter, Sampling
-from .kv import ContextTooLong, KVPool
+from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
 from .models import LoadedModel
-from .sampling import target_probs, verify_greedy, verify_rejection, verify_sample_compare
+from .sampling import target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
+from .tree import DraftTree, build_tree
 from .vocab import decode_bytes
 
 
@@ -56,8 +59,8 @@ class DraftMemory:
 
 
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
-               lookup_tokens: int, max_k: int, model_ready: bool = True) -> Plan:
-    """Which drafter drafts this round, and how many tokens."""
+               lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False) -> Plan:
+    """Which drafter drafts this round, and how many tokens (trees only under the controller)."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
     if settings.draft_length != "auto":        # a fixed number means that number
@@ -70,7 +73,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
         if drafters.model is not None:
             return Plan("model", k, 0.0)
         return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready)
+    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -92,8 +95,8 @@ def _trim_past_stop(cand: list[int], gen_bytes: bytes, vocab, stop_check: StopCh
     return cand[:max(1, vocab.tokens_covering(cand, need))]
 
 
-def _verify(cand: list[int], draft: Draft, logits: torch.Tensor, settings: GenerationSettings,
-            gen: torch.Generator | None) -> tuple[int, int]:
+def _verify_chain(cand: list[int], draft: Draft, logits: torch.Tensor, settings: GenerationSettings,
+                  gen: torch.Generator | None) -> tuple[int, int]:
     """(accepted draft tokens, the target's own next token) by the rule that keeps the output
     the target's: greedy agreement, rejection sampling with the draft's q, or sample-and-compare."""
     if settings.temperature <= 0:
@@ -105,6 +108,37 @@ def _verify(cand: list[int], draft: Draft, logits: torch.Tensor, settings: Gener
             q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))[:, :p.shape[-1]]
         return verify_rejection(cand, q, p, gen)
     return verify_sample_compare(cand, p, gen)
+
+
+def _verify(prop: Proposal, logits: torch.Tensor, session: KVSession, settings: GenerationSettings,
+            gen: torch.Generator | None) -> tuple[list[int], int]:
+    """(the accepted draft tokens, the target's own next token); a tree's accepted path stays in
+    the target's cache, its other branches go."""
+    if prop.tree is None:
+        n, bonus = _verify_chain(prop.cand, prop.draft, logits, settings, gen)
+        return prop.cand[:n], bonus
+    probs = None if settings.temperature <= 0 else target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
+    path, bonus = verify_tree(prop.tree, logits, probs, gen)
+    session.keep_path(prop.tree, path)
+    return [prop.tree.tokens[i] for i in path], bonus
+
+
+def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: GenerationStats,
+            memory: DraftMemory, settings: GenerationSettings) -> None:
+    """The round in the call's stats, and what it taught the controller or the heuristic."""
+    plan, n = prop.plan, len(accepted)
+    stats.count_round(plan.drafter, prop.width - 1, n, prop.draft_ms + (prop.begin_ms or 0.0), verify_ms)
+    stats.tree_passes += prop.tree is not None
+    if settings.draft_length != "auto":
+        return
+    if settings.draft_control == "heuristic":
+        memory.heuristic.update(len(prop.cand), n)
+    elif plan.drafter == "tree":
+        (lookup, model), c = prop.chains, memory.controller
+        c.record_tree(plan, (len(lookup), common_prefix_len(accepted, lookup)), (len(model), common_prefix_len(accepted, model)),
+                      prop.width, prop.tree is not None, prop.draft_ms, verify_ms, prop.begin_ms)
+    else:
+        memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms)
 
 
 DraftPrompt = list[int] | Callable[[], list[int]] | None   # the draft model's own prompt, or how to build it
@@ -138,37 +172,86 @@ class Decoding:
     text_checked: int = 0
 
 
+@dataclass
+class Proposal:
+    """What a round puts to the target: a chain (`cand`, verified with the draft's q when it has
+    one) or a tree of the lookup's and the model's chains (`tree`, with `chains` as drafted)."""
+    plan: Plan
+    cand: list[int]
+    draft: Draft = field(default_factory=lambda: Draft([]))
+    tree: DraftTree | None = None
+    chains: tuple[list[int], list[int]] = ([], [])
+    draft_ms: float = 0.0
+    begin_ms: float | None = None   # the draft model's prefill, when this round began it
+
+    @property
+    def width(self) -> int:
+        """Tokens the target scores this round."""
+        return len(self.tree.tokens) if self.tree is not None else len(self.cand) + 1
+
+
+def _cut_at_stop(cand: list[int], d: Decoding, vocab, stop_check: StopCheck | None,
+                 stats: GenerationStats) -> list[int]:
+    if stop_check is None or not cand:
+        return cand
+    trimmed = _trim_past_stop(cand, d.gen_bytes, vocab, stop_check)
+    stats.draft_trimmed += len(cand) - len(trimmed)
+    return trimmed
+
+
+def _asked(asked: int, drafted: list[int], kept: list[int]) -> int:
+    """A chain cut by the stop, not by its drafter, counts as asked for the tokens kept."""
+    return len(kept) if len(kept) < len(drafted) else asked
+
+
+def _model_draft(d: Decoding, k: int, sampling: Sampling) -> Draft:
+    try:
+        return d.drafters.model.propose(d.seq, d.gen_bytes, k, sampling)
+    except ContextTooLong:
+        d.drafters = Drafters(d.drafters.lookup, None)
+        return Draft([])
+
+
+def _as_tree(root: int, plan: Plan, lookup: list[int], model: Draft) -> Proposal:
+    """Both chains below `root`; chains that merge into one (one a prefix of the other) are
+    verified as that chain, with the model's q when it is the model's."""
+    tree = build_tree(root, [lookup, model.tokens])
+    if tree.leaves > 1:
+        return Proposal(plan, [], tree=tree, chains=(lookup, model.tokens))
+    cand = tree.longest_chain()
+    return Proposal(plan, cand, model if cand == model.tokens else Draft(cand), chains=(lookup, model.tokens))
+
+
 def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampling: Sampling, vocab,
-           stop_check: StopCheck | None, max_k: int,
-           stats: GenerationStats) -> tuple[Plan, Draft, list[int], float, float | None]:
-    """The round's plan, its draft and the candidates to verify (cut where the answer would
-    already be decided), the drafting time in ms, and the draft model's prefill in ms when this
-    round began it for the request (a model used now and then pays that each time)."""
+           stop_check: StopCheck | None, max_k: int, stats: GenerationStats, tree_ok: bool) -> Proposal:
+    """The round's plan and what it drafted, cut where the answer would already be decided (a
+    chain cut by the stop, not by its drafter, counts as asked for that many tokens)."""
     t0 = time.perf_counter()
     lookup = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling).tokens if d.use_lookup and max_k > 0 else []
-    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun)
+    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok)
     begin_ms = None
-    if plan.drafter == "model" and not d.model_begun:
+    if plan.drafter in ("model", "tree") and not d.model_begun:
         d.model_begun, t_begin = True, time.perf_counter()
         d.drafters = _begin_model(d.drafters, d.prompt, d.draft_prompt, stats)
         begin_ms = (time.perf_counter() - t_begin) * 1000
         t0 += begin_ms / 1000
         if d.drafters.model is None:
-            plan = Plan("none", 0, 0.0)
-    draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else Draft([])
-    if plan.drafter == "model":
-        try:
-            draft = d.drafters.model.propose(d.seq, d.gen_bytes, plan.k, sampling)
-        except ContextTooLong:
-            d.drafters = Drafters(d.drafters.lookup, None)
-    cand = draft.tokens[:plan.k]
-    if stop_check is not None and cand:
-        trimmed = _trim_past_stop(cand, d.gen_bytes, vocab, stop_check)
-        if len(trimmed) < len(cand):   # cut by the stop, not by the drafter
-            stats.draft_trimmed += len(cand) - len(trimmed)
-            plan = Plan(plan.drafter, len(trimmed), plan.expected_rate)
-        cand = trimmed
-    return plan, draft, cand, (time.perf_counter() - t0) * 1000, begin_ms
+            plan = Plan("lookup", plan.lookup_k, 0.0) if plan.drafter == "tree" else Plan("none", 0, 0.0)
+    cut = lambda c: _cut_at_stop(c, d, vocab, stop_check, stats)  # noqa: E731
+    if plan.drafter == "tree":
+        model = _model_draft(d, plan.k, sampling)
+        chain_l, chain_m = cut(lookup[:plan.lookup_k]), cut(model.tokens[:plan.k])
+        plan = Plan("tree", _asked(plan.k, model.tokens[:plan.k], chain_m), plan.expected_rate,
+                    _asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
+        prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
+    else:
+        draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
+            _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
+        cand = cut(draft.tokens[:plan.k])
+        plan = Plan(plan.drafter, _asked(plan.k, draft.tokens[:plan.k], cand), plan.expected_rate)
+        prop = Proposal(plan, cand, draft)
+    prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
+    return prop
 
 
 def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: GenerationSettings,
@@ -245,22 +328,17 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 stop_reason = "time_budget"
                 break
             max_k = min(MAX_DRAFT_LENGTH, max_new - len(d.out) - 1)
-            plan, draft, cand, draft_ms, begin_ms = _draft(d, memory, settings, sampling, target.vocab,
-                                                           stop_check, max_k, stats)
+            prop = _draft(d, memory, settings, sampling, target.vocab, stop_check, max_k, stats, session.supports_tree)
             t2 = time.perf_counter()
-            try:   # one target pass over [last, *cand]
-                logits = session.advance(d.seq + cand, n_logits=len(cand) + 1)
+            try:   # one target pass over [last, *cand] or over the tree
+                logits = (session.advance(d.seq + prop.cand, n_logits=len(prop.cand) + 1) if prop.tree is None
+                          else session.advance_tree(d.seq, prop.tree))
             except ContextTooLong:
                 stop_reason = "context_full"
                 break
-            n, bonus = _verify(cand, draft, logits, settings, gen)
-            verify_ms = (time.perf_counter() - t2) * 1000
-            stats.count_round(plan.drafter, len(cand), n, draft_ms + (begin_ms or 0.0), verify_ms)
-            if heuristic:
-                memory.heuristic.update(len(cand), n)
-            elif auto:
-                memory.controller.record(plan, len(cand), n, draft_ms, verify_ms, begin_ms)
-            reason = _accept(d, cand[:n] + [bonus], stops, target.vocab, settings, stop_check)
+            accepted, bonus = _verify(prop, logits, session, settings, gen)
+            _record(prop, accepted, (time.perf_counter() - t2) * 1000, stats, memory, settings)
+            reason = _accept(d, accepted + [bonus], stops, target.vocab, settings, stop_check)
             if reason is not None:
                 stop_reason = reason
                 break

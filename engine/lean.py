@@ -20,6 +20,10 @@ of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that numbe
 - the cache for all layers is one tensor; a step writes to it in place and attends over a
   slice of it, so shapes depend only on the number of new tokens and the cache length (the
   structure CUDA graphs need, apart from the length: see LeanKV).
+
+The new tokens may also form a draft tree (`TreeLayout`, engine/tree.py): each node takes the
+rope angle (or learned position) of its depth and a mask row that sees the cache and its own
+ancestors; `LeanKV.keep` then moves the accepted path's keys and values into place.
 """
 from __future__ import annotations
 
@@ -80,6 +84,23 @@ class LeanKV:
         self.keys = [s[:, 0].transpose(0, 1)[None] for s in self.slots]
         self.values = [s[:, 1].transpose(0, 1)[None] for s in self.slots]
 
+    def keep(self, dest: int, sources: list[int]) -> None:
+        """Move the keys and values at positions `sources` (ascending, each >= its new place)
+        to dest, dest + 1, ...; the cache then ends there. After a tree pass this keeps the
+        accepted path and drops the other branches, without computing anything again."""
+        if sources != list(range(dest, dest + len(sources))):
+            idx = torch.tensor(sources, device=self.data.device)
+            self.data[:, dest:dest + len(sources)] = self.data.index_select(1, idx)
+        self.length = dest + len(sources)
+
+
+@dataclass
+class TreeLayout:
+    """New tokens that form a tree rather than a chain (engine/tree.py): each sits at the
+    position of its depth below the first one and sees the cache and its own ancestors only."""
+    depths: torch.Tensor      # [n] long, 0 for the root
+    ancestors: torch.Tensor   # [n, n] bool: row i is True at i and at i's ancestors
+
 
 class _Positions:
     """Tables indexed by position, grown by doubling and sliced per call: the causal-mask band
@@ -114,8 +135,10 @@ class _Positions:
             self.sin = sin.to(dtype)[:, None, :]
         self.capacity = cap
 
-    def mask(self, past: int, n: int, device) -> torch.Tensor | None:
+    def mask(self, past: int, n: int, device, tree: TreeLayout | None = None) -> torch.Tensor | None:
         """Bool [n, past + n]: True where a new token may attend (None for one token)."""
+        if tree is not None:    # every node sees the cache, and of the new tokens its ancestors
+            return torch.cat([tree.ancestors.new_ones(n, past), tree.ancestors], dim=1)
         if n == 1:
             return None  # one new token may attend to everything before it
         if n > MASK_BAND_WIDTH:
@@ -257,7 +280,7 @@ class LeanLlama:
         # Half precision: normalise in float32 and round before the weight, as transformers does.
         return weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
         n = ids.shape[0]
         start = kv.length
         end = start + n
@@ -265,8 +288,11 @@ class LeanLlama:
         x = F.embedding(ids, self.inner.embed_tokens.weight)
         pos = self.positions
         pos.ensure(end, x.dtype, x.device)
-        cos, sin = pos.cos[start:end], pos.sin[start:end]
-        mask = pos.mask(start, n, ids.device)
+        if tree is None:
+            cos, sin = pos.cos[start:end], pos.sin[start:end]
+        else:   # a node's position is its depth below the root
+            cos, sin = pos.cos[start + tree.depths], pos.sin[start + tree.depths]
+        mask = pos.mask(start, n, ids.device, tree)
         heads, kvh, hd, half = self.heads, self.kv_heads, self.head_dim, self.head_dim // 2
         qk_heads = heads + kvh
         scale = hd ** -0.5
@@ -323,14 +349,15 @@ class LeanBigCode:
     def new_cache(self, dtype, device) -> LeanKV:
         return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
 
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
         n, hd, heads = ids.shape[0], self.head_dim, self.heads
         start = kv.length
         end = start + n
         kv.reserve(end)
-        x = F.embedding(ids, self.inner.wte.weight) + self.inner.wpe.weight[start:end]
+        wpe = self.inner.wpe.weight
+        x = F.embedding(ids, self.inner.wte.weight) + (wpe[start:end] if tree is None else wpe[start + tree.depths])
         self.positions.ensure(end, x.dtype, x.device)
-        mask = self.positions.mask(start, n, ids.device)
+        mask = self.positions.mask(start, n, ids.device, tree)
         for i, b in enumerate(self.blocks):
             qkv = b.c_attn(_layer_norm(x, b.ln_1))
             if self.mq:
@@ -387,16 +414,33 @@ class LeanForward:
     """A lean model and its preallocated cache: one of the two forwards a KV session runs
     (engine/kv.py has the other one and their interface, `Forward`)."""
 
+    supports_tree = True
+
     def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device):
         self.lean = lean
         self.dtype, self.device = dtype, device
         self.cache: LeanKV | None = None
+        self.tree_root = 0    # where the last tree pass put its root
 
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
             self.cache = self.lean.new_cache(self.dtype, self.device)
         x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
         return self.lean(x, self.cache, n_logits).float().contiguous()
+
+    def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
+        if self.cache is None:
+            self.cache = self.lean.new_cache(self.dtype, self.device)
+        x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
+        layout = TreeLayout(torch.tensor(depths, dtype=torch.long, device=self.device), ancestors.to(self.device))
+        self.tree_root = self.cache.length
+        logits = self.lean(x, self.cache, len(new_ids), layout).float().contiguous()
+        self.cache.length = self.tree_root + 1    # the root; keep_path brings back the accepted nodes
+        return logits
+
+    def keep_path(self, nodes: list[int]) -> None:
+        root = self.tree_root
+        self.cache.keep(root + 1, [root + i for i in nodes])
 
     def crop(self, length: int) -> None:
         self.cache.length = length   # the next call overwrites what lies past `length`

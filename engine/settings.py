@@ -49,7 +49,7 @@ class GenerationStats:
     target_calls: int = 0       # target forward passes, prefill included
     draft_calls: int = 0        # draft forward passes
     rounds: int = 0             # draft-then-verify rounds
-    drafted: int = 0            # candidate tokens sent to the target for verification
+    drafted: int = 0            # candidate tokens sent to the target for verification (a tree's every node)
     accepted: int = 0           # of those, accepted
     new_tokens: int = 0
     prefill_tokens: int = 0     # prompt tokens computed by the target
@@ -63,9 +63,10 @@ class GenerationStats:
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
     final_draft_length: int = 0    # the heuristic's k after the call (0 under the controller)
-    rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0})
+    rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
     controller: dict = field(default_factory=dict)   # the controller's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
+    tree_passes: int = 0        # tree rounds whose chains branched: both verified in one pass
 
     def count_round(self, drafter: str, drafted: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
         self.rounds += 1

@@ -1,0 +1,94 @@
+"""Decoding through draft trees (prompt lookup and the draft model in one target pass): greedy
+output is the target's own, token for token, and sampled output follows its distribution.
+
+The controller here has its estimates given and frozen (`frozen=True`: free drafting, flat
+verify cost), so it builds a tree in every round where both drafters have a proposal; what
+the trees look like (branching, merged, one chain) is up to the real drafters."""
+from collections import Counter
+
+import pytest
+
+from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettings, KVPool, speculative_generate
+from engine.control import DraftController, VerifyCost
+from engine.drafters import ModelDrafter, NgramDrafter, TextDrafter
+from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
+from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
+from tests.unit.test_engine_sampling import (N_SAMPLES, TEMPERATURE, TOP_K, TOP_P, _chi_square_ok,
+                                             _exact_two_token_dist, small_models)  # noqa: F401 (fixture)
+
+
+# "ab" comes again at the end: prompt lookup proposes "cd ab ..." beside the draft model, and
+# the two chains branch in most first rounds.
+PROMPT_TEXT = "abcdab"
+
+
+def tree_memory() -> DraftMemory:
+    """A controller for which every tree pays: drafting is free and verifying costs 1 ms at any width."""
+    c = DraftController(frozen=True, verify=VerifyCost(one_ms=1.0, per_token_ms=0.0, seen=True), tree_extra_ms=0.0)
+    c.lookup.step_ms = 0.0
+    c.model.step_ms, c.model.begin_ms = 0.0, 0.0
+    return DraftMemory(controller=c)
+
+
+def test_the_frozen_controller_plans_a_tree_whenever_both_draft():
+    c = tree_memory().controller
+    plan = c.plan(lookup_tokens=5, has_model=True, max_k=16, tree_ok=True)
+    assert (plan.drafter, plan.lookup_k, plan.k) == ("tree", 5, 16)
+    assert c.plan(lookup_tokens=5, has_model=True, max_k=16, tree_ok=False).drafter == "model"
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, tree_ok=True).drafter == "model"
+
+
+@pytest.fixture(scope="module")
+def engines():
+    target_dir, draft_dir = tiny_pair_dirs()
+    base = Engine(EngineConfig(target=target_dir, draft="none"))
+    others = {"same-tokenizer": Engine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
+              "other-tokenizer": Engine(EngineConfig(target=target_dir, draft=draft_dir))}
+    for eng in others.values():
+        eng.memory = tree_memory()
+    return base, others
+
+
+def test_greedy_through_trees_equals_target_alone(engines):
+    base, others = engines
+    settings = GenerationSettings(max_new_tokens=MAX_NEW)
+    passes = {k: 0 for k in others}
+    accepted = {k: 0 for k in others}
+    for prompt in PROMPTS:
+        t_ids = _ids(base.target, prompt)
+        expected = base.generate(t_ids, settings=settings)
+        for name, eng in others.items():
+            got = eng.generate(t_ids, _ids(eng.draft, prompt), settings=settings)
+            assert got.token_ids == expected.token_ids, (name, prompt)
+            assert got.text == expected.text
+            passes[name] += got.stats.tree_passes
+            accepted[name] += got.stats.accepted
+    # Real branching trees were verified, and the target took tokens from them.
+    assert all(n >= 20 for n in passes.values()), passes
+    assert all(n > 0 for n in accepted.values()), accepted
+    for eng in others.values():
+        assert eng.memory.controller.rounds_by_kind["tree"] > 0
+
+
+@pytest.mark.parametrize("which", ["same-vocabulary", "other-vocabulary"])
+def test_sampling_through_trees_follows_the_target(small_models, which):  # noqa: F811
+    """Sample-and-compare down the tree: at each node the target's own sample, descending while
+    it is a child. Three new tokens, so the first round's tree has two levels."""
+    target, draft, other = small_models
+    prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
+    dist = _exact_two_token_dist(target, prompt)
+    if which == "same-vocabulary":
+        model, d_prompt = ModelDrafter(KVPool(draft.model, 2, 256)), None
+    else:
+        model = TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab)
+        d_prompt = [0] + other.vocab.encode_text(PROMPT_TEXT)
+    drafters, memory = Drafters(lookup=NgramDrafter(), model=model), tree_memory()
+    pool = KVPool(target.model, 2, 256)
+    counts, passes = Counter(), 0
+    for i in range(N_SAMPLES):
+        settings = GenerationSettings(max_new_tokens=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, seed=20000 + i)
+        r = speculative_generate(target, pool, drafters, prompt, settings, memory, draft_prompt=d_prompt)
+        counts[tuple(r.token_ids[:2])] += 1
+        passes += r.stats.tree_passes
+    assert passes > N_SAMPLES // 4, passes
+    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)

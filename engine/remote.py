@@ -226,14 +226,16 @@ class RemoteTarget:
 
     # -- streaming -----------------------------------------------------------------------------
     def stream(self, prompt: InfillPrompt | TextPrompt, settings: GenerationSettings,
-               timings: dict | None = None) -> Iterator[str]:
+               timings: dict | None = None, extra: dict | None = None) -> Iterator[str]:
         """Text pieces as the server sends them. Closing the generator (or leaving the loop)
-        closes the HTTP stream. `timings` receives the server's figures when it sends them."""
+        closes the HTTP stream. `timings` receives the server's figures when it sends them;
+        `extra` adds fields to the request body (a server's own options)."""
         info = self.info or self.probe()
         if isinstance(prompt, InfillPrompt):
             path, body = "/infill", self._infill_body(prompt, settings)
         else:
             path, body = "/v1/completions", self._completions_body(prompt, settings, info)
+        body.update(extra or {})
         try:
             with self.client.stream("POST", path, json=body) as response:
                 if response.status_code != 200:
@@ -246,8 +248,7 @@ class RemoteTarget:
         body = {"input_prefix": p.prefix, "input_suffix": p.suffix,
                 "input_extra": [{"filename": f, "text": t} for f, t in p.extra],
                 "n_predict": s.max_new_tokens, "cache_prompt": True, "stream": True,
-                "temperature": s.temperature, "samplers": ["top_k", "top_p", "temperature"] if s.temperature else [],
-                "top_p": s.top_p}
+                "temperature": s.temperature, "top_p": s.top_p}
         if s.temperature <= 0:
             body["top_k"] = 1          # greedy: the argmax, as the local engine
         elif s.top_k:
@@ -387,7 +388,8 @@ class RemoteEngine:
             return self.remote.info or self.remote.probe()
 
     def generate(self, prompt: InfillPrompt | TextPrompt, settings: GenerationSettings,
-                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None) -> RemoteResult:
+                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None,
+                 extra: dict | None = None) -> RemoteResult:
         """Stream the remote's answer until it ends, the stop check decides, the budget is spent
         or `cancel` is set; the HTTP stream is closed in every case. Raises RemoteError."""
         t0 = time.perf_counter()
@@ -396,7 +398,7 @@ class RemoteEngine:
         text, reason, ends = "", "eos", []
         try:
             self.ensure_probed()
-            pieces = self.remote.stream(prompt, settings, timings)
+            pieces = self.remote.stream(prompt, settings, timings, extra)
             try:
                 for piece in pieces:
                     text += piece

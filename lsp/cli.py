@@ -197,6 +197,8 @@ def complete_main(argv: list[str] | None = None) -> int:
                                               cancel=threading.Event())
     except ValueError as exc:   # the pipeline refusing the input
         return _refuse(str(exc))
+    if loaded.pipeline.last_stats.get("remote_error"):   # a remote target failed: say why
+        return _refuse(loaded.pipeline.last_stats["remote_error"])
     ghost = completion.text if completion is not None else ""
     if args.json:
         stats = dict(completion.stats) if completion is not None else {}

@@ -28,8 +28,7 @@ import { SERVER_COMMANDS } from './serverCommands';
 import { SHOW_LOG, SHOW_STATS, StatusState, initialStatus, statusText } from './status';
 import { SETTLE_MS, ShownCounter, suggestionIdentity } from './shown';
 import { LogLevel, StderrLevels } from './serverLog';
-
-const ACCEPTED = 'specfill.internal.accepted';
+import { ACCEPTED, acceptCommand, onAccepted } from './accept';
 
 let client: LanguageClient | undefined;
 let specs: Map<string, PropertySpec>;
@@ -175,7 +174,7 @@ function createClient(): LanguageClient {
         const texts = items.map((item) => (typeof item.insertText === 'string' ? item.insertText : item.insertText.value));
         const offered = items.filter((_, i) => texts[i].trim() !== '');
         for (const item of offered) {
-          item.command = item.command ?? { title: 'specfill: accepted', command: ACCEPTED };
+          item.command = acceptCommand(item.command);
         }
         setStatus({
           phase: status.phase === 'loading' ? 'loading' : config().get('enable') === false ? 'disabled' : 'ready',
@@ -304,7 +303,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         void vscode.window.showErrorMessage(`specfill: ${err instanceof Error ? err.message : String(err)}`);
       }
     }),
-    vscode.commands.registerCommand(ACCEPTED, () => setStatus({ accepted: status.accepted + 1 })),
+    vscode.commands.registerCommand(ACCEPTED, (serverCommand?: vscode.Command) =>
+      onAccepted(() => setStatus({ accepted: status.accepted + 1 }), vscode.commands.executeCommand, serverCommand)),
     vscode.workspace.onDidCloseTextDocument((doc) => shownCounter.forget(doc.uri.toString())),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       const change = classifyChange((section) => e.affectsConfiguration(section), specs);

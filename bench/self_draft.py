@@ -134,9 +134,12 @@ class EndingFigures:
 
 
 def target_ids(template, prefix: str, suffix: str | None) -> list[int]:
-    if suffix is None:   # left to right: the SPM layout puts the prefix last (what the editor sends)
-        return template.build(prefix, "", layout="spm")
-    return template.build(prefix, suffix, layout="psm")   # ends at the middle sentinel
+    """A prompt ending with the prefix text (`suffix` None) or at the FIM middle sentinel."""
+    if suffix is None:   # the SPM layout puts the prefix last (what the editor sends), else plain
+        if "spm" in template.layouts:
+            return template.build(prefix, "", layout="spm")
+        return ([template.bos_id] if template.bos_id is not None else []) + template.encode(prefix)
+    return template.build(prefix, suffix, layout="psm")
 
 
 def measure(target_engine, pair_engine, perm: list[int], cases, draft_length, max_new_tokens: int = 40,

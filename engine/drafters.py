@@ -153,6 +153,19 @@ class ModelDrafter:
         return Draft(tokens, torch.stack(qs) if qs and len(qs) == len(tokens) else None)
 
 
+def translate(src: TokenVocab, ids: list[int], src_context: list[int], dst: TokenVocab,
+              dst_context: list[int]) -> list[int]:
+    """`dst` ids for the text of `src` ids. As `dst`'s tokenizer writes that text in context,
+    unless `src` split it otherwise than its own tokenizer would and every one of its tokens is
+    one `dst` token: a model's own choice of split (a target that wrote "enty" + "dings"), kept."""
+    data = src.bytes_of(ids)
+    canonical = dst.continuation_ids(dst_context, data)
+    direct = [dst.same_token(src, t) for t in ids]
+    if direct == canonical or None in direct or src.continuation_ids(src_context, data) == list(ids):
+        return canonical
+    return direct
+
+
 class TextDrafter:
     """A draft model with ANOTHER tokenizer (universal assisted generation).
 
@@ -211,13 +224,14 @@ class TextDrafter:
         held = b""
         if len(prompt) > 1 and self._differs(prompt[-1], target_prompt[-1] if target_prompt else None):
             held = self.dv.token_bytes[prompt.pop()]
+        self.offset = len(target_prompt)     # where the target's generated ids start in `seq`
         self.prompt = prompt
         self.held = held                  # bytes in front of the shared continuation
         self.cont: list[int] = []         # draft ids covering a prefix of held + continuation
         self.session = self.pool.session_for(self.prompt)
         return self.session.sync(self.prompt[:-1]) if len(self.prompt) > 1 else (0, 0)
 
-    def _sync(self, shared: bytes, target_last: int | None) -> bytes:
+    def _sync(self, shared: bytes, seq: list[int]) -> bytes:
         """Align the draft's ids with the shared bytes; return the pending bytes the next
         draft token must start with (a healed token, or bytes no draft token sequence writes)."""
         tb = self.dv.token_bytes
@@ -232,9 +246,13 @@ class TextDrafter:
         rest = shared[pos:]
         if not rest:      # the draft's own tokens write the text: nothing to heal
             return b""
-        ids = self.dv.continuation_ids(self.prompt + self.cont, rest)
+        src = _suffix_writing(self.tv, seq[self.offset:], len(rest))
+        if src and not self.held[pos:]:
+            ids = translate(self.tv, src, seq[:len(seq) - len(src)], self.dv, self.prompt + self.cont)
+        else:
+            ids = self.dv.continuation_ids(self.prompt + self.cont, rest)
         written = len(self.dv.bytes_of(ids))
-        if ids and written == len(rest) and self._differs(ids[-1], target_last):
+        if ids and written == len(rest) and self._differs(ids[-1], seq[-1] if seq else None):
             written -= len(tb[ids[-1]])
             ids.pop()
         self.cont.extend(ids)
@@ -258,7 +276,8 @@ class TextDrafter:
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         tb = self.dv.token_bytes
-        pending = self._sync(self.held + generated, seq[-1] if seq else None)
+        pending = self._sync(self.held + generated, seq)
+        healing = len(pending)
         base = self.prompt + self.cont
         before = self.session.forward_calls
         new = b""
@@ -291,4 +310,22 @@ class TextDrafter:
         self.cont.extend(drafted)
         if not new:
             return Draft([])
-        return Draft(self.tv.continuation_ids(seq, new)[:k])
+        # The tokens after the healed bytes, when none straddles them, keep the draft's split.
+        n_heal = self.dv.tokens_covering(drafted, healing)
+        if len(self.dv.bytes_of(drafted[:n_heal])) == healing:
+            tokens = translate(self.dv, drafted[n_heal:], base + drafted[:n_heal], self.tv, seq)
+        else:
+            tokens = self.tv.continuation_ids(seq, new)
+        return Draft(tokens[:k])
+
+
+def _suffix_writing(vocab: TokenVocab, ids: list[int], n_bytes: int) -> list[int]:
+    """The last ids that write exactly the last `n_bytes` bytes, or [] when a token straddles."""
+    total = 0
+    for i in range(len(ids) - 1, -1, -1):
+        if total >= n_bytes:
+            break
+        total += len(vocab.token_bytes[ids[i]]) if ids[i] not in vocab.special_ids else 0
+    else:
+        i = -1
+    return list(ids[i + 1:]) if total == n_bytes and n_bytes else []

@@ -55,6 +55,20 @@ class TokenVocab:
     max_token_len: int
     _backend: object = field(repr=False, default=None)
     dummy_prefix: bool = False    # encoding text puts a space in front (SentencePiece "▁")
+    byte_pieces: dict[int, int] = field(default_factory=dict)   # byte-fallback "<0xNN>" id -> NN
+
+    def same_token(self, other: "TokenVocab", tid: int) -> int | None:
+        """The id in this vocabulary of the token `tid` of `other`: same bytes, and a byte-fallback
+        piece for a byte-fallback piece; None when there is none."""
+        if tid in other.byte_pieces and self.byte_pieces:
+            return self.byte_ids.get(other.byte_pieces[tid])
+        return self.bytes_to_id.get(other.token_bytes[tid])
+
+    @property
+    def byte_ids(self) -> dict[int, int]:
+        if not hasattr(self, "_byte_ids"):
+            self._byte_ids = {b: i for i, b in self.byte_pieces.items()}
+        return self._byte_ids
 
     def tokens_covering(self, ids, n_bytes: int) -> int:
         """How many of `ids`, from the start, it takes to write their first `n_bytes` bytes."""
@@ -216,6 +230,7 @@ def build_vocab(tokenizer) -> TokenVocab:
     special |= {i for i, t in added.items() if getattr(t, "special", False)}
     size = max(vocab.values()) + 1 if vocab else 0
     table = [b""] * size
+    byte_pieces: dict[int, int] = {}
     for piece, i in vocab.items():
         if i in special:
             continue
@@ -225,13 +240,14 @@ def build_vocab(tokenizer) -> TokenVocab:
         m = _BYTE_TOKEN.match(piece) if byte_fallback else None
         if m:
             table[i] = bytes([int(m.group(1), 16)])
+            byte_pieces[i] = int(m.group(1), 16)
         elif byte_level and all(c in bl for c in piece):
             table[i] = bytes(bl[c] for c in piece)
         else:
             table[i] = piece.replace("▁", " ").encode("utf-8")
     bytes_to_id: dict[bytes, int] = {}
-    for i, b in enumerate(table):
-        if b and i not in special and (b not in bytes_to_id or i < bytes_to_id[b]):
+    for i, b in enumerate(table):   # a byte-fallback piece only where no ordinary piece has the bytes
+        if b and i not in special and (b not in bytes_to_id or (i in byte_pieces, i) < (bytes_to_id[b] in byte_pieces, bytes_to_id[b])):
             bytes_to_id[b] = i
     plain = None
     if backend is not None:
@@ -242,6 +258,6 @@ def build_vocab(tokenizer) -> TokenVocab:
         plain.no_padding()
     vocab = TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
                        bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
-                       _backend=plain)
+                       _backend=plain, byte_pieces=byte_pieces)
     vocab.dummy_prefix = vocab.bytes_of(vocab.encode_text("a")) == b" a"
     return vocab

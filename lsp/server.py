@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from completion.alternatives import MAX_CANDIDATES, alternatives
 from lsp import backend, client_log, commands, telemetry
 from lsp.arguments import SPECFILL_VERSION
 from lsp.config import apply_settings, on_pushed_settings, pull_settings
@@ -56,27 +57,32 @@ class SpecfillServer(LanguageServer):
 # ---------------------------------------------------------------------------------- completion
 
 def _run_job(state: ServerState, loaded: backend.Backend, request: CompletionRequest,
-             options: CompletionOptions, cancel: threading.Event) -> Optional[Completion]:
-    """Worker thread: one pipeline call, unless the request was dropped while queued."""
+             options: CompletionOptions, cancel: threading.Event, count: int = 1) -> list[Completion]:
+    """Worker thread: one pipeline call (with `count` > 1 the alternatives, greedy first),
+    unless the request was dropped while queued."""
     stats = state.stats
     if cancel.is_set():
         stats.skipped_jobs += 1
-        return None
+        return []
     stats.decode_jobs += 1
     t0 = time.perf_counter()
     state.worker_busy = True
     try:
-        completion = loaded.pipeline.complete(request, options, cancel=cancel)
+        if count > 1:
+            found = alternatives(loaded.pipeline, request, options, count, cancel=cancel)
+        else:
+            found = [c] if (c := loaded.pipeline.complete(request, options, cancel=cancel)) else []
+        completion = found[0] if found else None
     except ValueError as exc:  # the pipeline refusing bad input (binary text, bad position)
         stats.rejected += 1
         log.warning("no completion for %s: %s", request.uri, exc)
         stats.last_job = {"rejected": str(exc)}
-        return None
+        return []
     except Exception as exc:
         stats.errors += 1
         log.exception("completion failed for %s", request.uri)
         stats.last_job = {"error": f"{type(exc).__name__}: {exc}"}
-        return None
+        return []
     finally:
         state.worker_busy = False
     stopped = cancel.is_set()
@@ -87,7 +93,9 @@ def _run_job(state: ServerState, loaded: backend.Backend, request: CompletionReq
         "from_cache": completion.from_cache if completion is not None else False,
         "stats": dict(completion.stats) if completion is not None else {},
     }
-    return completion
+    if count > 1:
+        stats.last_job["alternatives"] = len(found)
+    return found
 
 
 def _supersede(state: ServerState, key: str, cancel: threading.Event) -> None:
@@ -108,25 +116,32 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
                       invoked: bool = False) -> Optional[tuple[str, types.Range]]:
     """Ghost text and the client range it replaces, or None for an empty answer. `invoked`:
     the user asked explicitly, so there is no debounce."""
+    found = await completions_at(ls, uri, position, invoked)
+    return found[0] if found else None
+
+
+async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
+                         invoked: bool = False, count: int = 1) -> list[tuple[str, types.Range]]:
+    """complete_at for `count` alternatives (completion/alternatives.py): greedy first."""
     state = ls.state
     stats = state.stats
     stats.requests += 1
     settings = state.settings
     if not settings.enable:
         stats.disabled += 1
-        return None
+        return []
     key = document_key(uri)
     if key in state.oversized:
         stats.oversized_document += 1
-        return None
+        return []
     doc = ls.workspace.text_documents.get(key)
     if doc is None:
         stats.unknown_document += 1
         log.warning("completion requested for a document that is not open: %s", uri)
-        return None
+        return []
     if state.loading or state.backend is None:
         stats.while_loading += 1
-        return None
+        return []
     # The text and position of this request, before later edits arrive.
     text = doc.source
     lines = doc.lines
@@ -136,7 +151,7 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
         stats.out_of_range += 1
         log.warning("position %d:%d is past the end of %s (%d lines)",
                     position.line, position.character, uri, len(lines))
-        return None
+        return []
 
     cancel = threading.Event()
     _supersede(state, key, cancel)
@@ -144,12 +159,12 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
         if settings.debounceMs and not invoked:
             await asyncio.sleep(settings.debounceMs / 1000)
         if cancel.is_set() or state.loading or state.backend is None:
-            return None
+            return []
         # The pipeline knows the document by the URI it was opened with.
         request = backend.completion_request(doc.uri, text, cursor[0], cursor[1])
-        completion = await asyncio.get_running_loop().run_in_executor(
+        found = await asyncio.get_running_loop().run_in_executor(
             state.worker, _run_job, state, state.backend, request,
-            backend.completion_options(settings), cancel)
+            backend.completion_options(settings), cancel, count)
     except asyncio.CancelledError:   # $/cancelRequest: pygls answers -32800
         cancel.set()
         stats.cancelled += 1
@@ -157,12 +172,11 @@ async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
     finally:
         if state.inflight.get(key) is cancel:
             del state.inflight[key]
-    if completion is None or not completion.text or cancel.is_set():
-        return None
-    end_line, end_char = completion.replace_end
+    if cancel.is_set():
+        return []
     start = to_client(lines, codec, *cursor)
-    end = to_client(lines, codec, end_line, end_char)
-    return completion.text, types.Range(start=start, end=end)
+    return [(c.text, types.Range(start=start, end=to_client(lines, codec, *c.replace_end)))
+            for c in found if c.text]
 
 
 # ---------------------------------------------------------------------------------- server
@@ -209,6 +223,22 @@ def inline_item(ls: SpecfillServer, text: str, rng: types.Range) -> types.Inline
     accepted = types.Command(title="specfill: accepted", command=commands.ACCEPTED,
                              arguments=[{"id": sid, "length": len(text)}])
     return types.InlineCompletionItem(insert_text=text, range=rng, command=accepted)
+
+
+@server.feature(commands.ALTERNATIVES)
+async def on_alternatives(ls: SpecfillServer, params: Any) -> types.InlineCompletionList:
+    """specfill/alternatives {textDocument: {uri}, position}: up to `candidates` different
+    suggestions at the position, the greedy one (what the ghost text shows) first; the others
+    are sampled now, when the user asks to cycle."""
+    p = telemetry.plain(params)
+    try:
+        uri, line, character = p["textDocument"]["uri"], p["position"]["line"], p["position"]["character"]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{commands.ALTERNATIVES} needs textDocument.uri and position, got {p!r}") from exc
+    position = types.Position(line=line, character=character)
+    count = min(ls.state.settings.candidates, MAX_CANDIDATES)
+    found = await completions_at(ls, uri, position, invoked=True, count=count)
+    return types.InlineCompletionList(items=[inline_item(ls, text, rng) for text, rng in found])
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))

@@ -10,8 +10,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
 from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, init_params, inline, items,
-                                   make_client, open_doc, stats, tiny_options, wait_loaded,
-                                   wait_until)
+                                   make_client, open_doc, push_settings, stats, tiny_options,
+                                   wait_for_setting, wait_loaded, wait_until)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -130,3 +130,29 @@ async def test_malformed_reports_are_one_log_line_and_change_nothing(client):
             command=commands.ACCEPTED, arguments=[]))
     assert items(await inline(client, DOC_URI, *POSITIONS[0])) is not None
     assert (await user_acceptance(client))["shown"] == before["shown"]
+
+
+async def test_alternatives_are_the_greedy_one_then_different_samples(client):
+    for line, character in POSITIONS:
+        shown = items(await inline(client, DOC_URI, line, character))
+        if shown:
+            greedy = shown[0]
+            break
+    else:
+        raise AssertionError(f"no suggestion at {POSITIONS}")
+    params = {"textDocument": {"uri": DOC_URI}, "position": {"line": line, "character": character}}
+    # candidates 1 (the default): the greedy one only.
+    one = await client.protocol.send_request_async(commands.ALTERNATIVES, params)
+    assert [i.insertText for i in one.items] == [greedy.insert_text]
+    push_settings(client, {**tiny_options(maxNewTokens=16), "candidates": 3})
+    await wait_for_setting(client, "candidates", 3)
+    found = (await client.protocol.send_request_async(commands.ALTERNATIVES, params)).items
+    texts = [i.insertText for i in found]
+    assert texts[0] == greedy.insert_text and 2 <= len(texts) <= 3
+    assert len({t.rstrip() for t in texts}) == len(texts)
+    ids = [i.command.arguments[0].id for i in found]
+    assert len(set(ids)) == len(ids)   # each one reported on its own
+    # The ordinary request still answers the greedy one (samples are not cached).
+    assert [i.insert_text for i in items(await inline(client, DOC_URI, line, character))] == texts[:1]
+    with pytest.raises(Exception, match="needs textDocument.uri and position"):
+        await client.protocol.send_request_async(commands.ALTERNATIVES, {"position": {}})

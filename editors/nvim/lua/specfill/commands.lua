@@ -24,15 +24,23 @@ function M.summary(stats)
   local p = type(stats.pipeline) == 'table' and stats.pipeline or {}
   local latency = type(p.latency_ms) == 'table' and p.latency_ms or {}
   local models = stats.models or {}
-  local user = status.shown > 0 and status.accepted / status.shown or nil
-  return {
+  -- What you did with the suggestions (the server counts this Neovim's reports), not the
+  -- draft model's token acceptance below.
+  local user = type(stats.userAcceptance) == 'table' and stats.userAcceptance or {}
+  local lines = {
     ('specfill: %s + draft %s%s'):format(
       tostring(models.targetModel),
       tostring(models.draftModel),
       models.loading and ' (loading)' or (models.loaded == false and ' (not loaded)' or '')
     ),
     ('  latency          p50 %s, p95 %s (server, %d requests)'):format(ms(latency.p50), ms(latency.p95), p.requests or 0),
-    ('  you accepted     %s (%d of %d suggestions shown here)'):format(pct(user), status.accepted, status.shown),
+    ('  you accepted     %s of %d suggestions shown (%d whole, %d in part, %d dismissed)'):format(
+      pct(user.rate),
+      user.shown or 0,
+      user.acceptedFully or 0,
+      user.acceptedPartly or 0,
+      user.dismissed or 0
+    ),
     ('  draft accepted   %s of drafted tokens'):format(pct(p.acceptance_rate)),
     ('  tokens/target    %s per target call'):format(num(p.tokens_per_target_call)),
     ('  decoded/shown    %s tokens decoded per token shown'):format(num(p.decoded_per_shown_token)),
@@ -40,16 +48,26 @@ function M.summary(stats)
     ('  cache hits       %s (%d)'):format(pct(p.cache_hit_rate), p.cache_hits or 0),
     ':SpecfillStats! shows every figure',
   }
+  local cycling = require('specfill.cycle').position()
+  if cycling then
+    table.insert(lines, #lines, ('  alternative      %s on screen (<M-]> / <M-[> cycle)'):format(cycling))
+  end
+  return lines
 end
 
 --- Every figure, as nested tables, in a scratch buffer.
 local function show_full(stats)
   local lines = vim.split(vim.inspect(stats), '\n', { plain = true })
-  table.insert(lines, 1, ('-- specfill stats (client: shown %d, accepted %d, last latency %s ms)'):format(
-    status.shown,
-    status.accepted,
-    tostring(status.latency_ms)
-  ))
+  table.insert(
+    lines,
+    1,
+    ('-- specfill stats (client: shown %d, accepted %d, last latency %s ms, %d automatic requests skipped by max_line_suffix)'):format(
+      status.shown,
+      status.accepted,
+      tostring(status.latency_ms),
+      status.suffix_skips
+    )
+  )
   vim.cmd('botright new')
   local buf = api.nvim_get_current_buf()
   vim.bo[buf].buftype, vim.bo[buf].bufhidden, vim.bo[buf].swapfile = 'nofile', 'wipe', false

@@ -1,6 +1,8 @@
 -- specfill's own ghost-text renderer (for Neovim without vim.lsp.inline_completion).
 -- One suggestion at a time: the first line inline at the cursor, further lines as
--- virtual lines below it, all in one highlight group.
+-- virtual lines below it, all in one highlight group. While a completion menu is open (the
+-- built-in popup menu, or another plugin sets vim.b.specfill_hidden) the suggestion is kept
+-- but not drawn; refresh() draws it again once the menu is gone.
 local api = vim.api
 
 local M = {}
@@ -10,8 +12,15 @@ M.ns = api.nvim_create_namespace('specfill.ghost')
 --- The suggestion on screen, or nil.
 --- { buf, row, col (0-based byte column of the anchor = cursor), text (still to insert),
 ---   replace_len (bytes after the anchor that accepting replaces, e.g. an auto-closed ')'),
----   tick (b:changedtick when it was drawn), extmark }
+---   tick (b:changedtick when it was drawn), mark (the extmark's options), extmark (its id
+---   while drawn, nil while hidden), offer (what suggestion.lua reports to the server) }
 M.current = nil
+
+--- Whether suggestions must not be drawn in `buf` now: a popup menu is open, or a plugin
+--- (e.g. nvim-cmp's or blink.cmp's menu events) set vim.b.specfill_hidden.
+function M.hidden(buf)
+  return vim.fn.pumvisible() == 1 or not not vim.b[buf].specfill_hidden
+end
 
 local function expand_tabs(s, buf)
   if not s:find('\t', 1, true) then
@@ -23,13 +32,30 @@ end
 function M.clear()
   local s = M.current
   M.current = nil
-  if s and api.nvim_buf_is_valid(s.buf) then
+  if s and s.extmark and api.nvim_buf_is_valid(s.buf) then
     pcall(api.nvim_buf_del_extmark, s.buf, M.ns, s.extmark)
   end
 end
 
---- Draw `text` as ghost text at (row, col) of `buf` (0-based, col in bytes).
-function M.show(buf, row, col, text, hl, replace_len)
+--- Draw the current suggestion or take it off the screen, as M.hidden() says now.
+function M.refresh()
+  local s = M.current
+  if not s or not api.nvim_buf_is_valid(s.buf) then
+    return
+  end
+  if M.hidden(s.buf) then
+    if s.extmark then
+      pcall(api.nvim_buf_del_extmark, s.buf, M.ns, s.extmark)
+      s.extmark = nil
+    end
+  elseif not s.extmark then
+    s.extmark = api.nvim_buf_set_extmark(s.buf, M.ns, s.row, s.col, s.mark)
+  end
+end
+
+--- Show `text` as ghost text at (row, col) of `buf` (0-based, col in bytes); drawn at once
+--- unless a menu hides it. `offer` is carried along for suggestion.lua.
+function M.show(buf, row, col, text, hl, replace_len, offer)
   M.clear()
   if text == '' then
     return
@@ -61,7 +87,6 @@ function M.show(buf, row, col, text, hl, replace_len)
   if #virt_lines > 0 then
     mark.virt_lines = virt_lines
   end
-  local id = api.nvim_buf_set_extmark(buf, M.ns, row, col, mark)
   M.current = {
     buf = buf,
     row = row,
@@ -69,13 +94,22 @@ function M.show(buf, row, col, text, hl, replace_len)
     text = text,
     replace_len = replace_len or 0,
     tick = api.nvim_buf_get_changedtick(buf),
-    extmark = id,
+    line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or '', -- the line it belongs to
+    mark = mark,
+    offer = offer,
   }
+  M.refresh()
 end
 
-function M.visible()
+--- A suggestion is kept for the current buffer (drawn or hidden by a menu).
+function M.pending()
   local s = M.current
   return s ~= nil and s.buf == api.nvim_get_current_buf()
+end
+
+--- A suggestion is on screen in the current buffer: the keys act on it.
+function M.visible()
+  return M.pending() and M.current.extmark ~= nil
 end
 
 --- The ghost text as the buffer shows it: { {row, col, text}, ... } read back from the

@@ -61,6 +61,17 @@ function M.accept_line()
   renderer.accept_line()
 end
 
+--- Show the next alternative suggestion (the server's `candidates` setting; asked for on the
+--- first press).
+function M.next()
+  renderer.cycle(1)
+end
+
+--- Show the previous alternative suggestion.
+function M.prev()
+  renderer.cycle(-1)
+end
+
 function M.clear()
   renderer.clear()
 end
@@ -83,7 +94,9 @@ function M.statusline()
   if not state.opts then
     return ''
   end
-  return status.line(state.enabled, server.client_for(api.nvim_get_current_buf()) ~= nil)
+  local line = status.line(state.enabled, server.client_for(api.nvim_get_current_buf()) ~= nil)
+  local cycling = require('specfill.cycle').position()
+  return cycling and (line .. ' ' .. cycling) or line
 end
 
 --- Ask the server for its statistics (`specfill.stats`); cb(err, stats_table).

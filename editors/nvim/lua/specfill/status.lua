@@ -7,6 +7,7 @@ local M = {
   latency_ms = nil, -- round trip of the last answered request
   shown = 0, -- suggestions shown
   accepted = 0, -- suggestions (fully or partly) accepted
+  suffix_skips = 0, -- automatic requests not made: too much code after the cursor (max_line_suffix)
 }
 
 function M.attached()

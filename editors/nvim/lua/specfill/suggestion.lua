@@ -1,16 +1,40 @@
 -- The suggestion specfill's own renderer shows: made from the server's item, kept in step with
--- what the user types, and inserted in whole or in part. Drawing is ghost.lua's job.
+-- what the user types, and inserted in whole or in part. Drawing is ghost.lua's job, the
+-- user-acceptance reports to the server (telemetry.lua's) are made here.
 local api = vim.api
 local editing = require('specfill.editing')
 local ghost = require('specfill.ghost')
 local state = require('specfill.state')
 local status = require('specfill.status')
+local telemetry = require('specfill.telemetry')
 
 local M = {}
 
+--- The suggestion went away (dismissed, typed over, replaced, accepted): report it once.
+function M.settle()
+  local offer = telemetry.current
+  if offer and not (ghost.current and ghost.current.offer == offer) then
+    telemetry.ended(offer)
+  end
+end
+
+--- The suggestion is drawn now (not hidden by a menu): report it shown, once.
+local function note_drawn()
+  local s = ghost.current
+  if s and s.extmark and s.offer and telemetry.shown(s.offer) then
+    status.shown = status.shown + 1
+  end
+end
+
+--- Draw or hide the kept suggestion as the popup menu and vim.b.specfill_hidden say now.
+function M.refresh()
+  ghost.refresh()
+  note_drawn()
+end
+
 --- Re-check the ghost text after the buffer or cursor changed: shrink it when the user
---- typed exactly its next characters, hide it otherwise. Returns true if still visible.
-function M.sync()
+--- typed exactly its next characters, drop it otherwise. Returns true if still kept.
+local function sync()
   local s = ghost.current
   if not s then
     return false
@@ -23,10 +47,17 @@ function M.sync()
   local row, col = editing.cursor()
   local tick = api.nvim_buf_get_changedtick(buf)
   if row == s.row and col == s.col and tick == s.tick then
+    M.refresh()
+    return true
+  end
+  local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
+  if row == s.row and col == s.col and line == s.line then
+    -- Changed and changed back (a popup menu's item inserted, then <C-e>): still valid.
+    s.tick = tick
+    M.refresh()
     return true
   end
   if tick ~= s.tick and row == s.row and col > s.col then
-    local line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ''
     local typed = line:sub(s.col + 1, col)
     if s.text:sub(1, #typed) == typed then
       local rest = s.text:sub(#typed + 1)
@@ -34,7 +65,8 @@ function M.sync()
         ghost.clear()
         return false
       end
-      ghost.show(buf, row, col, rest, state.opts.hl_group, s.replace_len)
+      ghost.show(buf, row, col, rest, state.opts.hl_group, s.replace_len, s.offer)
+      note_drawn()
       return true
     end
   end
@@ -42,8 +74,14 @@ function M.sync()
   return false
 end
 
+function M.sync()
+  local kept = sync()
+  M.settle()
+  return kept
+end
+
 function M.visible()
-  return ghost.visible() and M.sync()
+  return ghost.visible() and M.sync() and ghost.visible()
 end
 
 local function insert_text(item)
@@ -83,11 +121,10 @@ function M.present(req, item)
     return
   end
   -- Show it at the request's position, then let sync() account for keys typed since.
-  ghost.show(req.buf, req.row, req.col, text, state.opts.hl_group, replace_len)
+  local offer = telemetry.offer(req.client, item)
+  ghost.show(req.buf, req.row, req.col, text, state.opts.hl_group, replace_len, offer)
   ghost.current.tick = req.tick
-  if M.sync() then
-    status.shown = status.shown + 1
-  end
+  M.sync()
 end
 
 --- Insert `piece` (a prefix of the visible suggestion) and keep the rest on screen.
@@ -103,10 +140,14 @@ function M.accept(piece)
   local row = s.row + #lines - 1
   local col = (#lines == 1 and s.col or 0) + #lines[#lines]
   api.nvim_win_set_cursor(0, { row + 1, col })
-  status.accepted = status.accepted + 1
-  if rest ~= '' and not rest:match('^%s*$') then
-    ghost.show(s.buf, row, col, rest, state.opts.hl_group, replace_len)
+  local left = rest ~= '' and not rest:match('^%s*$')
+  if s.offer and telemetry.accepted(s.offer, piece, not left) then
+    status.accepted = status.accepted + 1
   end
+  if left then
+    ghost.show(s.buf, row, col, rest, state.opts.hl_group, replace_len, s.offer)
+  end
+  M.settle()
 end
 
 --- The whole suggestion.

@@ -34,6 +34,8 @@ function M.accept_word() end
 
 function M.accept_line() end
 
+function M.cycle(_) end
+
 function M.clear() end
 
 function M.attach(buf)
@@ -48,14 +50,11 @@ function M.models_loaded() end
 
 function M.create_autocmds(_) end
 
-function M.map_keys(keys)
-  if keys.accept then
-    vim.keymap.set('i', keys.accept, function()
-      if not vim.lsp.inline_completion.get() then
-        return keys.accept
-      end
-    end, { expr = true, replace_keycodes = true, desc = 'specfill: accept' })
-  end
+--- Tab accepts the built-in's suggestion, or does what it did before (keys.lua).
+function M.map_keys(lhs)
+  require('specfill.keys').map(lhs.accept, 'accept', function()
+    return vim.lsp.inline_completion.get()
+  end, true)
 end
 
 return M

@@ -4,6 +4,7 @@
 local api = vim.api
 local editing = require('specfill.editing')
 local ghost = require('specfill.ghost')
+local keys = require('specfill.keys')
 local server = require('specfill.server')
 local state = require('specfill.state')
 local status = require('specfill.status')
@@ -35,6 +36,7 @@ function M.clear()
   stop_timer()
   cancel_pending()
   ghost.clear()
+  suggestion.settle()
 end
 
 --- Ask the server for a suggestion at the cursor now.
@@ -81,6 +83,18 @@ function M.request(trigger_kind)
   end
 end
 
+--- More than `max_line_suffix` characters of code follow the cursor on its line (trailing
+--- blanks do not count): no automatic request there, as in llama.vim.
+function M.too_much_after_cursor()
+  local limit = state.opts.max_line_suffix
+  if not limit then
+    return false
+  end
+  local _, col = editing.cursor()
+  local after = api.nvim_get_current_line():sub(col + 1):gsub('%s+$', '')
+  return vim.fn.strchars(after) > limit
+end
+
 --- Request after `debounce_ms` of quiet (restarted by every keystroke).
 function M.schedule()
   local opts = state.opts
@@ -93,7 +107,11 @@ function M.schedule()
     opts.debounce_ms,
     0,
     vim.schedule_wrap(function()
-      if not ghost.visible() then
+      if ghost.pending() then
+        return
+      elseif M.too_much_after_cursor() then
+        status.suffix_skips = status.suffix_skips + 1
+      else
         M.request(TRIGGER_AUTOMATIC)
       end
     end)
@@ -121,6 +139,16 @@ function M.accept_line()
   accept(suggestion.next_line)
 end
 
+--- Next (step 1) or previous (step -1) alternative suggestion (cycle.lua).
+function M.cycle(step)
+  local _, client = server.request_target()
+  if client and M.visible() then
+    stop_timer()
+    cancel_pending()
+    require('specfill.cycle').step(step, client)
+  end
+end
+
 --- A specfill client attached to `buf`: nothing to set up, requests follow typing.
 function M.attach(_) end
 
@@ -129,18 +157,21 @@ function M.set_enabled(_) end
 
 --- The models finished loading: requests made meanwhile got nothing, so ask again.
 function M.models_loaded()
-  if editing.in_insert_mode() and not ghost.visible() then
+  if editing.in_insert_mode() and not ghost.pending() then
     M.schedule()
   end
 end
 
 --- Typing asks (debounced), typing the suggestion's own characters keeps it, anything else
---- hides it.
+--- hides it. While a popup menu is open the suggestion is only hidden: it is checked against
+--- the text again once the menu closes (its items change the text meanwhile).
 function M.create_autocmds(group)
   api.nvim_create_autocmd({ 'TextChangedI', 'TextChangedP' }, {
     group = group,
     callback = function()
-      if not suggestion.sync() then
+      if vim.fn.pumvisible() == 1 then
+        suggestion.refresh()
+      elseif not suggestion.sync() then
         M.schedule()
       end
     end,
@@ -148,33 +179,46 @@ function M.create_autocmds(group)
   api.nvim_create_autocmd('CursorMovedI', {
     group = group,
     callback = function()
-      suggestion.sync() -- a typed char that matches keeps it; any other move hides it
+      if vim.fn.pumvisible() == 1 then
+        suggestion.refresh()
+      else
+        suggestion.sync() -- a typed char that matches keeps it; any other move hides it
+      end
+    end,
+  })
+  api.nvim_create_autocmd('CompleteChanged', { group = group, callback = suggestion.refresh })
+  api.nvim_create_autocmd('CompleteDone', {
+    group = group,
+    callback = vim.schedule_wrap(function()
+      if editing.in_insert_mode() and vim.fn.pumvisible() == 0 and not suggestion.sync() then
+        M.schedule()
+      end
+    end),
+  })
+  -- vim.b.specfill_hidden has no event: look again whenever Neovim waits for a key.
+  api.nvim_create_autocmd('SafeState', {
+    group = group,
+    callback = function()
+      if ghost.current then
+        suggestion.refresh()
+      end
     end,
   })
   api.nvim_create_autocmd('InsertEnter', { group = group, callback = M.schedule })
   api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, { group = group, callback = M.clear })
 end
 
---- A key that acts only while a suggestion is visible and is itself otherwise.
-local function map_when_visible(lhs, action)
-  if not lhs then
-    return
-  end
-  vim.keymap.set('i', lhs, function()
-    if M.visible() then
-      return ('<Cmd>lua require("specfill").%s()<CR>'):format(action)
-    end
-    return lhs
-  end, { expr = true, replace_keycodes = true, silent = true, desc = 'specfill: ' .. action })
-end
-
-function M.map_keys(keys)
-  map_when_visible(keys.accept, 'accept')
-  map_when_visible(keys.accept_word, 'accept_word')
-  map_when_visible(keys.accept_line, 'accept_line')
-  map_when_visible(keys.dismiss, 'dismiss')
-  if keys.request then
-    vim.keymap.set('i', keys.request, function()
+--- Each key acts only while a suggestion is on screen; otherwise it does what it did before
+--- (keys.lua).
+function M.map_keys(lhs)
+  keys.map(lhs.accept, 'accept', M.visible)
+  keys.map(lhs.accept_word, 'accept_word', M.visible)
+  keys.map(lhs.accept_line, 'accept_line', M.visible)
+  keys.map(lhs.dismiss, 'dismiss', M.visible)
+  keys.map(lhs.next, 'next', M.visible)
+  keys.map(lhs.prev, 'prev', M.visible)
+  if lhs.request then
+    vim.keymap.set('i', lhs.request, function()
       M.request(TRIGGER_INVOKED)
     end, { silent = true, desc = 'specfill: request' })
   end

@@ -14,8 +14,9 @@ pass (engine/tree.py), and takes the best rate. A tree of a lookup chain of kl t
 chain of km yields 1 + sum over depths i of P(some chain holds to depth i); with L_i and M_i the
 chains' products p_1...p_i and the two taken as independent, that is
 E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the model's km steps plus
-verify(1 + kl + km) plus what a tree pass costs beyond a chain of that width (its mask and
-gathered positions, measured). A drafter that
+verify(1 + kl + km): a tree pass costs what a chain pass of its width costs (measured on the
+shipped target: its mask and gathered positions are a few tensor ops per pass), so
+tree rounds feed the same verify cost by width. A drafter that
 loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
 slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
 hiccup cannot shut drafting off for good.
@@ -132,7 +133,6 @@ class DraftController:
     since_lookup: int = 0
     rounds: int = 0          # rounds measured, over all requests
     rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
-    tree_extra_ms: float | None = None   # a tree pass's cost beyond a chain of its width (None: unmeasured)
     frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
 
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
@@ -180,7 +180,6 @@ class DraftController:
         both = [0.0]
         for i in range(1, max_k + 1):
             both.append(both[-1] + (l_chains[i] * m_chains[i] if i <= lookup_k else 0.0))
-        extra = max(0.0, self.tree_extra_ms or 0.0)
         step = self.model.step_ms
         best = Plan("tree", 0, 0.0)
         # Rates rise with each chain's length, then fall: a row (or the rows) stops a few steps
@@ -190,7 +189,7 @@ class DraftController:
             row_best, fell = 0.0, 0
             for km in range(1, max_k + 1):
                 tokens = 1 + l_sums[kl] + m_sums[km] - both[min(kl, km)]
-                rate = tokens / (begin + km * step + verify[1 + kl + km] + extra)
+                rate = tokens / (begin + km * step + verify[1 + kl + km])
                 if rate > best.expected_rate:
                     best = Plan("tree", km, rate, kl)
                 if rate > row_best:
@@ -219,21 +218,14 @@ class DraftController:
             self.lookup.record(plan.k, drafted, accepted, draft_ms)
 
     def record_tree(self, plan: Plan, lookup: tuple[int, int], model: tuple[int, int], width: int,
-                    tree_pass: bool, draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
+                    draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
         """What a tree round gave: (drafted, accepted) of its lookup chain and of its model chain
-        (a chain's accepted tokens are those the accepted path shares with it), the width
-        verified, and whether it took a tree pass (chains that merged into one are verified as
-        a chain)."""
+        (a chain's accepted tokens are those the accepted path shares with it) and the width
+        verified."""
         self._count(plan)
         if self.frozen:
             return
-        if not tree_pass:
-            self.verify.record(width, verify_ms)
-        else:   # what the pass cost beyond a chain of its width, bounded like the other costs
-            chain_ms = self.verify(width)
-            extra = min(max(verify_ms - chain_ms, -chain_ms), MAX_JUMP * chain_ms)
-            self.tree_extra_ms = extra if self.tree_extra_ms is None else (
-                self.tree_extra_ms + COST_EMA * (extra - self.tree_extra_ms))
+        self.verify.record(width, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
         self.lookup.record(plan.lookup_k, *lookup, 0.0)
@@ -246,8 +238,6 @@ class DraftController:
         self.since_lookup = 0 if plan.drafter in ("lookup", "tree") else self.since_lookup + 1
 
     def summary(self) -> dict:
-        extra = None if self.tree_extra_ms is None else round(self.tree_extra_ms, 3)
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
-                "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3),
-                              "tree_extra": extra},
+                "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},
                 "lookup": self.lookup.summary(), "model": self.model.summary()}

@@ -110,6 +110,13 @@ def _verify_chain(cand: list[int], draft: Draft, logits: torch.Tensor, settings:
     return verify_sample_compare(cand, p, gen)
 
 
+def _score(session: KVSession, seq: list[int], prop: Proposal) -> torch.Tensor:
+    """One target pass: over [last, *cand], or over the tree rooted at last."""
+    if prop.tree is None:
+        return session.advance(seq + prop.cand, n_logits=len(prop.cand) + 1)
+    return session.advance_tree(seq, prop.tree)
+
+
 def _verify(prop: Proposal, logits: torch.Tensor, session: KVSession, settings: GenerationSettings,
             gen: torch.Generator | None) -> tuple[list[int], int]:
     """(the accepted draft tokens, the target's own next token); a tree's accepted path stays in
@@ -136,7 +143,7 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     elif plan.drafter == "tree":
         (lookup, model), c = prop.chains, memory.controller
         c.record_tree(plan, (len(lookup), common_prefix_len(accepted, lookup)), (len(model), common_prefix_len(accepted, model)),
-                      prop.width, prop.tree is not None, prop.draft_ms, verify_ms, prop.begin_ms)
+                      prop.width, prop.draft_ms, verify_ms, prop.begin_ms)
     else:
         memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms)
 
@@ -330,9 +337,8 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
             max_k = min(MAX_DRAFT_LENGTH, max_new - len(d.out) - 1)
             prop = _draft(d, memory, settings, sampling, target.vocab, stop_check, max_k, stats, session.supports_tree)
             t2 = time.perf_counter()
-            try:   # one target pass over [last, *cand] or over the tree
-                logits = (session.advance(d.seq + prop.cand, n_logits=len(prop.cand) + 1) if prop.tree is None
-                          else session.advance_tree(d.seq, prop.tree))
+            try:
+                logits = _score(session, d.seq, prop)
             except ContextTooLong:
                 stop_reason = "context_full"
                 break

@@ -24,7 +24,7 @@ PROMPT_TEXT = "abcdab"
 
 def tree_memory() -> DraftMemory:
     """A controller for which every tree pays: drafting is free and verifying costs 1 ms at any width."""
-    c = DraftController(frozen=True, verify=VerifyCost(one_ms=1.0, per_token_ms=0.0, seen=True), tree_extra_ms=0.0)
+    c = DraftController(frozen=True, verify=VerifyCost(one_ms=1.0, per_token_ms=0.0, seen=True))
     c.lookup.step_ms = 0.0
     c.model.step_ms, c.model.begin_ms = 0.0, 0.0
     return DraftMemory(controller=c)

@@ -11,7 +11,11 @@ end
 local function keep_previous(lhs, name)
   local plug = plug_for(name)
   local prev = vim.fn.maparg(lhs, 'i', false, true)
-  if vim.tbl_isempty(prev) or (prev.buffer or 0) ~= 0 or (prev.desc or ''):find('^specfill: ') then
+  local ours = (prev.desc or ''):find('^specfill: ') ~= nil
+  if ours and not vim.tbl_isempty(vim.fn.maparg(plug, 'i', false, true)) then
+    return plug -- setup() again: what the key did before the first one is kept already
+  end
+  if vim.tbl_isempty(prev) or (prev.buffer or 0) ~= 0 or ours then
     vim.keymap.set('i', plug, lhs, { noremap = true, desc = 'specfill: ' .. lhs .. ' itself' })
     return plug
   end
@@ -26,7 +30,12 @@ local function keep_previous(lhs, name)
   if opts.expr then
     opts.replace_keycodes = prev.replace_keycodes == 1
   end
-  vim.api.nvim_set_keymap('i', plug, prev.callback and '' or (prev.rhs or ''), opts)
+  local rhs = prev.callback and '' or (prev.rhs or '')
+  if prev.sid and prev.sid > 0 then
+    -- A Vimscript mapping's <SID> means its own script: spell that out under the new name.
+    rhs = rhs:gsub('<SID>', ('<SNR>%d_'):format(prev.sid))
+  end
+  vim.api.nvim_set_keymap('i', plug, rhs, opts)
   return plug
 end
 

@@ -56,6 +56,7 @@ class TokenVocab:
     _backend: object = field(repr=False, default=None)
     dummy_prefix: bool = False    # encoding text puts a space in front (SentencePiece "▁")
     byte_pieces: dict[int, int] = field(default_factory=dict)   # byte-fallback "<0xNN>" id -> NN
+    byte_ids: dict[int, int] = field(default_factory=dict)      # NN -> its byte-fallback id
 
     def same_token(self, other: "TokenVocab", tid: int) -> int | None:
         """The id in this vocabulary of the token `tid` of `other`: same bytes, and a byte-fallback
@@ -63,12 +64,6 @@ class TokenVocab:
         if tid in other.byte_pieces and self.byte_pieces:
             return self.byte_ids.get(other.byte_pieces[tid])
         return self.bytes_to_id.get(other.token_bytes[tid])
-
-    @property
-    def byte_ids(self) -> dict[int, int]:
-        if not hasattr(self, "_byte_ids"):
-            self._byte_ids = {b: i for i, b in self.byte_pieces.items()}
-        return self._byte_ids
 
     def tokens_covering(self, ids, n_bytes: int) -> int:
         """How many of `ids`, from the start, it takes to write their first `n_bytes` bytes."""
@@ -258,6 +253,7 @@ def build_vocab(tokenizer) -> TokenVocab:
         plain.no_padding()
     vocab = TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
                        bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
-                       _backend=plain, byte_pieces=byte_pieces)
+                       _backend=plain, byte_pieces=byte_pieces,
+                       byte_ids={b: i for i, b in byte_pieces.items()})
     vocab.dummy_prefix = vocab.bytes_of(vocab.encode_text("a")) == b" a"
     return vocab

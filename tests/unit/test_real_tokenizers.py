@@ -118,8 +118,10 @@ def _self_draft(name: str):
     return alone, pair, perm
 
 
-# Measured on these deterministic constructions (k=4): every ending 1.00 acceptance and 5.00
-# tokens per round on the shipped target; the floors are the goal (>= 0.95, >= 0.9 x 5).
+# Measured on these deterministic constructions (k=4): 1.00 acceptance and 5.00 tokens per
+# round at every ending, on both real tokenizers and the shipped target (before the exact
+# alignment: 0.50 and 2.58 in trailing indentation, 1.67 tokens per round after emoji/CJK).
+# The floors are the goal (>= 0.95, >= 0.9 x (k + 1)).
 ACCEPTANCE_FLOOR = 0.95
 TOKENS_PER_ROUND_FLOOR = 0.9 * 5
 

@@ -183,12 +183,14 @@ class UserAcceptance:
     def summary(self) -> dict:
         shown = self.pending + self.dismissed + self.accepted_partly + self.accepted_fully
         accepted = self.accepted_partly + self.accepted_fully
+        # "displayed", not "shown": the pipeline's `shown` counts answers with text, whether or
+        # not an editor drew them; the rates say whose acceptance they are.
         return {
-            "shown": shown, "acceptedFully": self.accepted_fully,
+            "displayed": shown, "acceptedFully": self.accepted_fully,
             "acceptedPartly": self.accepted_partly, "dismissed": self.dismissed,
-            "pending": self.pending, "rate": _ratio(accepted, shown),
-            "fullRate": _ratio(self.accepted_fully, shown),
-            "shownChars": self.shown_chars, "acceptedChars": self.accepted_chars,
-            "charRate": _ratio(self.accepted_chars, self.shown_chars),
+            "pending": self.pending, "userAcceptanceRate": _ratio(accepted, shown),
+            "fullAcceptanceRate": _ratio(self.accepted_fully, shown),
+            "displayedChars": self.shown_chars, "acceptedChars": self.accepted_chars,
+            "charAcceptanceRate": _ratio(self.accepted_chars, self.shown_chars),
             "unknownReports": self.unknown_reports,
         }

@@ -70,13 +70,13 @@ async def test_reports_and_the_accept_command_count_once_per_suggestion(client):
     ids = [suggestion_id(i) for i in (whole, part, dropped, ignored)]
     assert len(set(ids)) == 4
     before = await user_acceptance(client)
-    assert before["shown"] == 0 and before["rate"] == 0.0
+    assert before["displayed"] == 0 and before["userAcceptanceRate"] == 0.0
 
     for sid in ids[:3]:
         notify(client, commands.SHOWN, {"id": sid})
         notify(client, commands.SHOWN, {"id": sid})   # drawn again: still one suggestion
-    u = await user_acceptance(client, lambda u: u["shown"] == 3)
-    assert (u["pending"], u["shownChars"]) == (3, sum(len(i.insert_text) for i in (whole, part, dropped)))
+    u = await user_acceptance(client, lambda u: u["displayed"] == 3)
+    assert (u["pending"], u["displayedChars"]) == (3, sum(len(i.insert_text) for i in (whole, part, dropped)))
 
     # A full accept is the item's own command, as the client runs it (LSP 3.18).
     reply = await client.workspace_execute_command_async(types.ExecuteCommandParams(
@@ -89,21 +89,21 @@ async def test_reports_and_the_accept_command_count_once_per_suggestion(client):
     notify(client, commands.DISMISSED, {"id": ids[2]})
     u = await user_acceptance(client, lambda u: u["dismissed"] == 1 and u["acceptedPartly"] == 1)
     assert u == {
-        "shown": 3, "acceptedFully": 1, "acceptedPartly": 1, "dismissed": 1, "pending": 0,
-        "rate": round(2 / 3, 4), "fullRate": round(1 / 3, 4),
-        "shownChars": u["shownChars"], "acceptedChars": len(whole.insert_text) + taken,
-        "charRate": round((len(whole.insert_text) + taken) / u["shownChars"], 4),
+        "displayed": 3, "acceptedFully": 1, "acceptedPartly": 1, "dismissed": 1, "pending": 0,
+        "userAcceptanceRate": round(2 / 3, 4), "fullAcceptanceRate": round(1 / 3, 4),
+        "displayedChars": u["displayedChars"], "acceptedChars": len(whole.insert_text) + taken,
+        "charAcceptanceRate": round((len(whole.insert_text) + taken) / u["displayedChars"], 4),
         "unknownReports": 0}
 
     # An accept that was never reported shown counts as shown too; accepting the rest of the
     # part-accepted one makes it a full accept.
     notify(client, commands.ACCEPTED_PART, {"id": ids[3], "acceptedLength": 1})
     notify(client, commands.ACCEPTED_PART, {"id": ids[1], "acceptedLength": len(part.insert_text)})
-    u = await user_acceptance(client, lambda u: u["shown"] == 4 and u["acceptedFully"] == 2)
-    assert (u["acceptedPartly"], u["dismissed"], u["rate"]) == (1, 1, 0.75)
+    u = await user_acceptance(client, lambda u: u["displayed"] == 4 and u["acceptedFully"] == 2)
+    assert (u["acceptedPartly"], u["dismissed"], u["userAcceptanceRate"]) == (1, 1, 0.75)
     # Draft-token acceptance is the pipeline's own figure, under another name.
     s = await stats(client)
-    assert "acceptance_rate" in s["pipeline"] and "rate" not in s["pipeline"]
+    assert "acceptance_rate" in s["pipeline"] and not set(s["userAcceptance"]) & set(s["pipeline"])
 
 
 async def test_malformed_reports_are_one_log_line_and_change_nothing(client):
@@ -129,7 +129,7 @@ async def test_malformed_reports_are_one_log_line_and_change_nothing(client):
         await client.workspace_execute_command_async(types.ExecuteCommandParams(
             command=commands.ACCEPTED, arguments=[]))
     assert items(await inline(client, DOC_URI, *POSITIONS[0])) is not None
-    assert (await user_acceptance(client))["shown"] == before["shown"]
+    assert (await user_acceptance(client))["displayed"] == before["displayed"]
 
 
 async def test_alternatives_are_the_greedy_one_then_different_samples(client):

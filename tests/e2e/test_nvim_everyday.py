@@ -197,19 +197,19 @@ def test_what_the_user_does_with_suggestions_reaches_specfill_stats(nvim):
     nv.send("<Esc>")
 
     fully, partly = (2, 0) if whole_word else (1, 1)
-    u = user_acceptance(nv, lambda u: u["shown"] == before["shown"] + 3
+    u = user_acceptance(nv, lambda u: u["displayed"] == before["displayed"] + 3
                         and u["dismissed"] == before["dismissed"] + 1
                         and u["acceptedFully"] == before["acceptedFully"] + fully
                         and u["acceptedPartly"] == before["acceptedPartly"] + partly)
     assert u["pending"] == before["pending"] and u["unknownReports"] == 0
-    assert u["rate"] == round((u["acceptedFully"] + u["acceptedPartly"]) / u["shown"], 4)
+    assert u["userAcceptanceRate"] == round((u["acceptedFully"] + u["acceptedPartly"]) / u["displayed"], 4)
 
     # :SpecfillStats says the same, apart from the draft model's token acceptance.
     nv.lua("_G.sf_notes = {}; vim.notify = function(msg) table.insert(_G.sf_notes, msg) end")
     nv.send(":SpecfillStats<CR>")
     note = nv.wait("_G.sf_notes[1]", 30, ":SpecfillStats output")
-    pct = int(u["rate"] * 100 + 0.5)
-    assert (f"  you accepted     {pct}% of {u['shown']} suggestions shown ({u['acceptedFully']} whole, "
+    pct = int(u["userAcceptanceRate"] * 100 + 0.5)
+    assert (f"  you accepted     {pct}% of {u['displayed']} suggestions shown ({u['acceptedFully']} whole, "
             f"{u['acceptedPartly']} in part, {u['dismissed']} dismissed)") in note.split("\n"), note
     assert re.search(r"^  draft accepted +\d+% of drafted tokens$", note, re.M), note
 

@@ -35,8 +35,8 @@ function M.summary(stats)
     ),
     ('  latency          p50 %s, p95 %s (server, %d requests)'):format(ms(latency.p50), ms(latency.p95), p.requests or 0),
     ('  you accepted     %s of %d suggestions shown (%d whole, %d in part, %d dismissed)'):format(
-      pct(user.rate),
-      user.shown or 0,
+      pct(user.userAcceptanceRate),
+      user.displayed or 0,
       user.acceptedFully or 0,
       user.acceptedPartly or 0,
       user.dismissed or 0

@@ -124,7 +124,9 @@ def _verify(prop: Proposal, logits: torch.Tensor, session: KVSession, settings: 
     if prop.tree is None:
         n, bonus = _verify_chain(prop.cand, prop.draft, logits, settings, gen)
         return prop.cand[:n], bonus
-    probs = None if settings.temperature <= 0 else target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
+    probs = None
+    if settings.temperature > 0:
+        probs = target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
     path, bonus = verify_tree(prop.tree, logits, probs, gen)
     session.keep_path(prop.tree, path)
     return [prop.tree.tokens[i] for i in path], bonus
@@ -141,9 +143,8 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     if settings.draft_control == "heuristic":
         memory.heuristic.update(len(prop.cand), n)
     elif plan.drafter == "tree":
-        (lookup, model), c = prop.chains, memory.controller
-        c.record_tree(plan, (len(lookup), common_prefix_len(accepted, lookup)), (len(model), common_prefix_len(accepted, model)),
-                      prop.width, prop.draft_ms, verify_ms, prop.begin_ms)
+        lookup, model = ((len(c), common_prefix_len(accepted, c)) for c in prop.chains)
+        memory.controller.record_tree(plan, lookup, model, prop.width, prop.draft_ms, verify_ms, prop.begin_ms)
     else:
         memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms)
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the real-VS Code suite needs (~2-3 min, ~700 MB, all under e2e/.deps):
+# Installs what the real-VS Code suite needs (~4 min on an idle 2-core machine, 840 MB, all under
+# e2e/.deps; .ci/run runs it):
 #   Debian: chromium + the headers code-server's native modules build against;
 #   npm: Node 24 (code-server's postinstall needs it), code-server 4.139.1 (VS Code 1.139),
 #        puppeteer-core (drives chromium).

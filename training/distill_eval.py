@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.distill_data import prompt_ids
+from training.distill_data import fit, prompt_ids
 from training.editor_positions import Position
 
 
@@ -75,9 +75,10 @@ def measure(target: str, drafts: dict[str, str], positions: list[Position],
     result = EvalResult({label: {} for label in drafts})
     for n, pos in enumerate(positions):
         layout = "prefix" if pos.kind == "l2r" else t_template.default_layout
-        target_ids = prompt_ids(t_template, pos.prefix, pos.suffix, layout)
-        if len(target_ids) > limit:
+        fitted = fit(t_template, pos, layout, limit)   # trimmed at line ends, as the editor budgets a prompt
+        if fitted is None:
             continue
+        pos, target_ids = fitted
         texts = set()
         for label, engine in engines.items():
             draft_ids = prompt_ids(d_templates[label], pos.prefix, pos.suffix, layout)

@@ -38,6 +38,16 @@ EXTENSION_SETTINGS = {
         "markdownDescription": "Arguments for `specfill.server.command`, e.g. `[\"serve\"]` or "
                                "`[\"-m\", \"lsp\"]` with a `python` command.",
     },
+    "specfill.trigger": {
+        "type": "string",
+        "enum": ["automatic", "manual"],
+        "default": "automatic",
+        "scope": "language-overridable",
+        "markdownDescription": "When to ask for a suggestion: `automatic` (as you type) or `manual` "
+                               "(only when you ask: *Trigger Inline Suggestion*, Alt+\\\\, which "
+                               "also offers up to `candidates` alternatives to cycle with Alt+] / "
+                               "Alt+[). Can be set per language (`\"[python]\"`).",
+    },
     "specfill.trace.server": {
         "type": "string",
         "enum": ["off", "messages", "verbose"],
@@ -48,6 +58,9 @@ EXTENSION_SETTINGS = {
 
 # Settings a checked-out repository must not be able to turn on for you.
 MACHINE_SCOPED = {"trustRemoteCode"}
+# Settings that can differ per language (`"[python]": {"specfill.enable": false}`); the
+# extension reads them for each document (the server's own value stays global).
+LANGUAGE_OVERRIDABLE = {"enable"}
 
 
 def server_schema() -> list[dict]:
@@ -94,6 +107,8 @@ def vscode_property(entry: dict, order: int) -> dict:
     prop["markdownDescription"] = f"{entry['description']} Allowed: {entry['allowed']}."
     if entry["name"] in MACHINE_SCOPED:
         prop["scope"] = "machine"
+    if entry["name"] in LANGUAGE_OVERRIDABLE:
+        prop["scope"] = "language-overridable"
     prop["order"] = order
     return prop
 

@@ -15,7 +15,7 @@ export interface PropertySpec {
 }
 
 /** Keys under `specfill.` that only the extension reads; never sent to the server. */
-export const EXTENSION_KEYS: readonly string[] = ['server.command', 'server.args', 'trace.server'];
+export const EXTENSION_KEYS: readonly string[] = ['server.command', 'server.args', 'trace.server', 'trigger'];
 
 const PREFIX = 'specfill.';
 

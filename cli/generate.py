@@ -12,6 +12,13 @@ from typing import TYPE_CHECKING
 
 from lsp.arguments import EXIT_USAGE, OneLineParser, number
 
+BACKENDS = ("auto", "llamacpp", "openai")     # engine.remote.BACKENDS, without importing the engine
+# The settings of a remote target, named as in the editor settings (lsp/settings.py).
+REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
+# Options that choose local models or their decoding: nothing to do on a remote target.
+LOCAL_ONLY = ("draft", "draft_length", "draft_control", "no_lookup", "device", "dtype", "threads",
+              "trust_remote_code")
+
 if TYPE_CHECKING:
     from engine import LoadedModel
 
@@ -43,7 +50,8 @@ def generate_main(argv: list[str]) -> int:
 
     p = OneLineParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
-    p.add_argument("--target", default="default", help="hub id, local dir, or 'default'")
+    p.add_argument("--target", default="default",
+                   help="hub id, local dir, 'default', or a server's http(s):// URL (a remote target)")
     p.add_argument("--draft", default="default", help="hub id, local dir, 'default', 'ngram' or 'none'")
     p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
     p.add_argument("--max-new-tokens", type=number(int, 1), default=64)
@@ -59,6 +67,11 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--backend", default=None, choices=BACKENDS,
+                   help="remote target only: the protocol (as the backend setting; default auto)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help=f"remote target only: one of {', '.join(REMOTE_SETTINGS)} "
+                        "(as for specfill complete; repeatable), e.g. --set apiKeyEnv=TEAM_KEY")
     p.add_argument("--json", action="store_true", help="print one JSON object {text, stats}")
     args = p.parse_args(argv)
 
@@ -67,6 +80,12 @@ def generate_main(argv: list[str]) -> int:
     except (OSError, UnicodeDecodeError) as e:
         print(f"{p.prog}: cannot read prompt file {args.prompt_file!r}: {e}", file=sys.stderr)
         return EXIT_USAGE
+
+    if is_remote(args.target):
+        return generate_remote(p, args, prompt)
+    if args.backend is not None or args.set:
+        p.error(f"--{'backend' if args.backend is not None else 'set'} is for a remote target "
+                "(--target http(s)://...)")
 
     from engine import Engine, EngineConfig, GenerationSettings, ModelLoadError
 
@@ -103,3 +122,63 @@ def encode_prompt(loaded: LoadedModel, text: str) -> list[int]:
     """Plain left-to-right prompt: BOS (when the tokenizer has one) + the text as text."""
     bos = loaded.tokenizer.bos_token_id
     return ([bos] if bos is not None else []) + loaded.vocab.encode_text(text)
+
+
+def is_remote(target: str) -> bool:
+    return target.lower().startswith(("http://", "https://"))
+
+
+def generate_remote(p: OneLineParser, args: argparse.Namespace, prompt: str) -> int:
+    """The prompt continued by a remote server (llama.cpp, vLLM, TGI, ...) as plain text: the
+    server adds BOS and tokenizes, as `specfill complete --target URL` settings say how to reach it."""
+    for name in LOCAL_ONLY:
+        if getattr(args, name) != p.get_default(name):
+            flag = "--" + name.replace("_", "-")
+            p.error(f"{flag} chooses local models or their decoding; a remote target decodes on its server")
+    from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
+
+    raw: dict = {"targetModel": args.target}
+    try:
+        for item in args.set:
+            name, value = parse_assignment(item)
+            if name not in REMOTE_SETTINGS:
+                p.error(f"--set {name}: not a remote target's setting (one of {', '.join(REMOTE_SETTINGS)})")
+            raw[name] = value
+        if args.backend is not None:
+            raw["backend"] = args.backend
+        settings = parse_settings(raw, Settings())
+    except SettingsError as exc:
+        p.error(str(exc))
+
+    from engine import GenerationSettings, ModelLoadError
+    from engine.remote import RemoteError, TextPrompt
+    from lsp.backend import remote_engine
+
+    try:
+        engine = remote_engine(settings)     # the same settings -> client as `serve` and `complete`
+    except ModelLoadError as exc:
+        print(f"{p.prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    gen = GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                             top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    try:
+        result = engine.generate(TextPrompt(prompt), gen)
+    except RemoteError as exc:      # one line, never the key (engine/remote.py)
+        print(f"{p.prog}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        engine.close()
+    info, s = engine.info, result.stats
+    stats = {"url": engine.settings.base_url, "backend": info.backend if info else None,
+             "model": info.model if info else "", "new_tokens": s.new_tokens, "latency_ms": s.latency_ms,
+             # the server's own figures (llama.cpp sends them with its last event; 0 when not)
+             "prompt_tokens": s.prefill_tokens + s.reused_tokens, "cached_prompt_tokens": s.reused_tokens,
+             "prompt_ms": s.prefill_ms}
+    if args.json:
+        print(json.dumps({"text": result.text, "stop_reason": result.stop_reason, "stats": stats}))
+    else:
+        print(result.text)
+        print(f"[{s.new_tokens} tokens in {s.latency_ms:.0f} ms from {stats['url']} ({stats['backend']}), "
+              f"prompt {stats['prompt_tokens']} tokens ({s.reused_tokens} cached), "
+              f"stop: {result.stop_reason}]", file=sys.stderr)
+    return 0

@@ -134,5 +134,6 @@ def test_packages_as_vsix_with_one_bundled_file(node_deps, tmp_path):
     assert required == [], required
     assert packaged["contributes"]["configuration"] == manifest()["contributes"]["configuration"]
     assert {c["command"] for c in packaged["contributes"]["commands"]} == {
-        "specfill.showStats", "specfill.restartServer", "specfill.reloadModels", "specfill.showLog"}
+        "specfill.showStats", "specfill.restartServer", "specfill.reloadModels", "specfill.showLog",
+        "specfill.toggle"}
 

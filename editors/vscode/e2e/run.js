@@ -4,6 +4,8 @@
 // stopped changing, reads the suggestion as drawn, accepts it with Tab, saves the file and reads
 // it back from disk, then reads the status bar and every ghost text VS Code rendered. Scenario
 // `broken`: the server cannot start; reads the status bar, clicks it and reads the log it opens.
+// Scenario `manual` (specfill.trigger manual): types the keystroke, reads what is drawn and the
+// status bar a moment later, then asks with "Trigger Inline Suggestion" and reads the suggestion.
 // Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
 //
 // Environment: E2E_SCENARIO, E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the
@@ -141,6 +143,27 @@ async function broken(page) {
   await page.screenshot({ path: path.join(out, '2-log.png') });
 }
 
+async function manual(page) {
+  // Typing asks nothing: nothing drawn, no answer timed in the status bar.
+  await new Promise((r) => setTimeout(r, 1500));
+  result.ghostBeforeInvoke = await ghostSuggestion(page);
+  result.statusBeforeInvoke = await statusBarText(page);
+  step('before invoke', { status: result.statusBeforeInvoke });
+  await page.screenshot({ path: path.join(out, '2-typed.png') });
+  await page.keyboard.press('F1');
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: 20000 });
+  await page.keyboard.type('Trigger Inline Suggestion', { delay: 20 });
+  await new Promise((r) => setTimeout(r, 1000));
+  await page.keyboard.press('Enter');
+  step('invoked');
+  await waitFor('ghost text', async () => (await ghostSuggestion(page)).trim() !== '', 120000, 100);
+  await quiet(page, 'ghost text and status bar', 1000, 60000, true);
+  result.suggestion = await ghostSuggestion(page);
+  result.statusAfter = await statusBarText(page);
+  step('ghost', { suggestion: result.suggestion, status: result.statusAfter });
+  await page.screenshot({ path: path.join(out, '3-invoked.png') });
+}
+
 async function editorText(page) {
   return page.evaluate(() => {
     const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
@@ -235,6 +258,11 @@ async function main() {
     await page.keyboard.up('Control');
     await page.keyboard.type(env.E2E_TYPE);
     step('typed');
+    if (env.E2E_SCENARIO === 'manual') {
+      await manual(page);
+      result.ok = true;
+      return;
+    }
     await waitFor('ghost text', async () => (await ghostSuggestion(page)).trim() !== '', 120000, 100);
     // VS Code draws a multi-line suggestion in steps: read it once it has stopped changing.
     await quiet(page, 'ghost text', 1000, 60000);

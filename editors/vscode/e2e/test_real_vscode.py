@@ -191,6 +191,33 @@ def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
         assert not [line for line in log if "[error]" in line and re.search(r"\bINFO\b", line)], log[:40]
 
 
+def test_manual_mode_for_python_asks_only_when_invoked_and_then_for_alternatives(vsix, tmp_path):
+    target, draft = tiny_pair_dirs()
+    settings = {
+        "specfill.server.command": sys.executable,
+        "specfill.server.args": ["-m", "lsp"],
+        "specfill.targetModel": target,
+        "specfill.draftModel": draft,
+        "specfill.device": "cpu",
+        "specfill.maxNewTokens": 24,
+        "specfill.multiline": "always",
+        "specfill.candidates": 2,
+        # Per language: the user-wide value stays automatic.
+        "[python]": {"specfill.trigger": "manual"},
+    }
+    seen, out = drive(vsix, tmp_path, "manual", settings, text=FILE_TEXT, E2E_TYPE=TYPED)
+    with folder_on_failure(out):
+        # The keystroke asked nothing: no ghost text, no answer timed in the status bar.
+        assert seen["ghostBeforeInvoke"].strip() == "", seen
+        assert not re.search(r"\d+ ms", seen["statusBeforeInvoke"]["label"]), seen["statusBeforeInvoke"]
+        # Asking drew a suggestion, answered through specfill/alternatives.
+        assert seen["suggestion"].strip(), seen
+        assert re.search(r"\d+ ms", seen["statusAfter"]["label"]), seen["statusAfter"]
+        # Through specfill/alternatives (the extension logs each explicit ask).
+        log = output_channel_lines(out)
+        assert any(re.search(r"asked for alternatives \(specfill/alternatives\): [12] different", line) for line in log), log[-40:]
+
+
 def test_a_server_that_cannot_start_says_so_in_the_status_bar_and_shows_its_log(vsix, tmp_path):
     settings = {
         "specfill.server.command": sys.executable,

@@ -29,6 +29,8 @@ import { SHOW_LOG, SHOW_STATS, StatusState, initialStatus, statusText } from './
 import { SETTLE_MS, ShownCounter, suggestionIdentity } from './shown';
 import { LogLevel, StderrLevels } from './serverLog';
 import { ACCEPTED, acceptCommand, onAccepted } from './accept';
+import { Trigger, toggleText, toggleUpdate, whatToAsk } from './control';
+import { UserReports, suggestionId, withId } from './reports';
 
 let client: LanguageClient | undefined;
 let specs: Map<string, PropertySpec>;
@@ -36,13 +38,60 @@ let status: StatusState = initialStatus();
 let statusItem: vscode.StatusBarItem;
 let output: vscode.LogOutputChannel;
 let shownCounter = new ShownCounter();
+let toggleItem: vscode.StatusBarItem;
+// Reports go to the running server; none is queued for a server that is not running.
+const reports = new UserReports((method, params) => {
+  if (client?.isRunning()) {
+    client.sendNotification(method, params).catch(() => {});
+  }
+});
+const ALTERNATIVES = 'specfill/alternatives';
+const TOGGLE = 'specfill.toggle';
 
 function config(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration('specfill');
 }
 
 function serverSettings(scope?: vscode.Uri): Record<string, unknown> {
-  return toServerSettings(vscode.workspace.getConfiguration('specfill', scope), specs);
+  // `enable` is decided here for each document (it can differ per language, the server's
+  // value is global), so the server is always told true.
+  return { ...toServerSettings(vscode.workspace.getConfiguration('specfill', scope), specs), enable: true };
+}
+
+/** specfill.enable for a document, with its language's override; the active editor's when
+ *  none is given. */
+function enabledFor(document?: vscode.TextDocument): boolean {
+  const doc = document ?? vscode.window.activeTextEditor?.document;
+  return vscode.workspace.getConfiguration('specfill', doc).get('enable') !== false;
+}
+
+/** The status bar toggle and the main item's disabled state follow the active editor. */
+function renderToggle(): void {
+  const doc = vscode.window.activeTextEditor?.document;
+  const enabled = enabledFor(doc);
+  const { text, tooltip } = toggleText(enabled, doc?.languageId);
+  toggleItem.text = text;
+  toggleItem.tooltip = tooltip;
+  toggleItem.accessibilityInformation = { label: tooltip };
+  if (!enabled && (status.phase === 'ready' || status.phase === 'starting')) {
+    setStatus({ phase: 'disabled' });
+  } else if (enabled && status.phase === 'disabled') {
+    setStatus({ phase: client?.isRunning() ? 'ready' : 'starting' });
+  }
+}
+
+/** specfill.toggle: flips specfill.enable where it is set for the active editor (its
+ *  language's override first), else in the user settings. */
+async function toggle(): Promise<void> {
+  const doc = vscode.window.activeTextEditor?.document;
+  const scoped = vscode.workspace.getConfiguration('specfill', doc);
+  const update = toggleUpdate(scoped.inspect<boolean>('enable'), enabledFor(doc));
+  const target = {
+    global: vscode.ConfigurationTarget.Global,
+    workspace: vscode.ConfigurationTarget.Workspace,
+    workspaceFolder: vscode.ConfigurationTarget.WorkspaceFolder,
+  }[update.level];
+  await scoped.update('enable', update.value, target, update.language);
 }
 
 function render(): void {
@@ -69,7 +118,7 @@ function progressFeature(c: LanguageClient): StaticFeature {
         const sub = c.onProgress(WorkDoneProgress.type, token, (value) => {
           if (value.kind === 'end') {
             sub.dispose();
-            setStatus({ phase: 'ready', percentage: undefined, message: value.message });
+            setStatus({ phase: enabledFor() ? 'ready' : 'disabled', percentage: undefined, message: value.message });
           } else {
             setStatus({
               phase: 'loading',
@@ -125,6 +174,16 @@ function startServer(c: () => LanguageClient | undefined, processes: { current?:
     });
 }
 
+/** What an item inserts from the cursor on (its range may start earlier on the line, its
+ *  text then repeats what is there). */
+function textFromCursor(item: vscode.InlineCompletionItem, text: string, position: vscode.Position): string {
+  const start = item.range?.start;
+  if (start && start.line === position.line && start.character < position.character) {
+    return text.slice(position.character - start.character);
+  }
+  return text;
+}
+
 function createClient(): LanguageClient {
   const processes: { current?: ChildProcess } = {};
   let wasRunning = false;
@@ -162,34 +221,66 @@ function createClient(): LanguageClient {
         },
       },
       provideInlineCompletionItems: async (document, position, context, token, next) => {
+        const scoped = vscode.workspace.getConfiguration('specfill', document);
+        const ask = whatToAsk(
+          scoped.get('enable') !== false,
+          scoped.get<Trigger>('trigger'),
+          context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke,
+          Number(scoped.get('candidates') ?? 1),
+        );
+        if (ask === 'none') {
+          return undefined;
+        }
         const key = document.uri.toString();
         const ticket = shownCounter.request(key);
         const version = document.version;
         const started = Date.now();
-        const result = await next(document, position, context, token);
+        const result =
+          ask === 'alternatives'
+            ? await c.protocol2CodeConverter.asInlineCompletionResult(
+                await c.sendRequest<any>(
+                  ALTERNATIVES,
+                  { textDocument: { uri: c.code2ProtocolConverter.asUri(document.uri) }, position: c.code2ProtocolConverter.asPosition(position) },
+                  token,
+                ),
+                token,
+              )
+            : await next(document, position, context, token);
         if (token.isCancellationRequested) {
           return result;
         }
         const items = Array.isArray(result) ? result : result?.items ?? [];
+        if (ask === 'alternatives') {
+          // Explicit triggers are rare: each is worth a line in the log.
+          output.info(`asked for alternatives (specfill/alternatives): ${items.length} different`);
+        }
         const texts = items.map((item) => (typeof item.insertText === 'string' ? item.insertText : item.insertText.value));
         const offered = items.filter((_, i) => texts[i].trim() !== '');
+        const firstId = offered.length > 0 ? suggestionId(offered[0].command) : undefined;
         for (const item of offered) {
           item.command = acceptCommand(item.command);
         }
         setStatus({
-          phase: status.phase === 'loading' ? 'loading' : config().get('enable') === false ? 'disabled' : 'ready',
+          phase: status.phase === 'loading' ? 'loading' : enabledFor() ? 'ready' : 'disabled',
           lastLatencyMs: Date.now() - started,
         });
-        if (offered.length > 0) {
-          // VS Code shows the first item; it counts as shown once it has stayed current.
-          const before = document.lineAt(position.line).text.slice(0, position.character);
-          const identity = suggestionIdentity(position.line, before, texts[items.indexOf(offered[0])]);
-          setTimeout(() => {
-            if (!token.isCancellationRequested && document.version === version && shownCounter.settle(key, ticket, identity)) {
-              setStatus({ shown: shownCounter.shown });
+        // VS Code shows the first item; it counts as shown once it has stayed current.
+        const before = document.lineAt(position.line).text.slice(0, position.character);
+        const first = offered.length > 0 ? items.indexOf(offered[0]) : -1;
+        const identity = first >= 0 ? suggestionIdentity(position.line, before, texts[first]) : undefined;
+        setTimeout(() => {
+          if (token.isCancellationRequested || document.version !== version) {
+            return;
+          }
+          if (identity !== undefined && shownCounter.settle(key, ticket, identity)) {
+            setStatus({ shown: shownCounter.shown });
+            if (firstId !== undefined) {
+              reports.shown(key, firstId, identity, textFromCursor(items[first], texts[first], position), position.line, position.character);
             }
-          }, SETTLE_MS);
-        }
+          } else if (shownCounter.isCurrent(key, ticket)) {
+            reports.answered(key, firstId, identity);
+          }
+        }, SETTLE_MS);
         return result;
       },
     },
@@ -222,7 +313,7 @@ async function startClient(): Promise<void> {
   setStatus({ phase: 'starting', percentage: undefined, message: undefined });
   try {
     await client.start();
-    if (status.phase === 'starting' && config().get('enable') === false) {
+    if (status.phase === 'starting' && !enabledFor()) {
       setStatus({ phase: 'disabled' });
     }
   } catch (err) {
@@ -237,6 +328,7 @@ const serverProcesses = new WeakMap<LanguageClient, { current?: ChildProcess }>(
 
 async function stopClient(): Promise<void> {
   const c = client;
+  reports.dismissAll();
   client = undefined;
   if (c) {
     try {
@@ -289,6 +381,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   statusItem.name = 'specfill';
   render();
   statusItem.show();
+  toggleItem = vscode.window.createStatusBarItem('specfill.toggle', vscode.StatusBarAlignment.Right, 99);
+  toggleItem.name = 'specfill toggle';
+  toggleItem.command = TOGGLE;
+  renderToggle();
+  toggleItem.show();
 
   context.subscriptions.push(
     output,
@@ -303,9 +400,29 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         void vscode.window.showErrorMessage(`specfill: ${err instanceof Error ? err.message : String(err)}`);
       }
     }),
-    vscode.commands.registerCommand(ACCEPTED, (serverCommand?: vscode.Command) =>
-      onAccepted(() => setStatus({ accepted: status.accepted + 1 }), vscode.commands.executeCommand, serverCommand)),
-    vscode.workspace.onDidCloseTextDocument((doc) => shownCounter.forget(doc.uri.toString())),
+    toggleItem,
+    vscode.commands.registerCommand(TOGGLE, toggle),
+    vscode.commands.registerCommand(ACCEPTED, (serverCommand?: vscode.Command) => {
+      // Reported under the id the suggestion was first shown with (typing through renews it).
+      const id = suggestionId(serverCommand);
+      const command = id !== undefined && serverCommand ? withId(serverCommand, reports.accepted(id)) : serverCommand;
+      return onAccepted(() => setStatus({ accepted: status.accepted + 1 }), vscode.commands.executeCommand, command);
+    }),
+    vscode.workspace.onDidCloseTextDocument((doc) => {
+      shownCounter.forget(doc.uri.toString());
+      reports.closed(doc.uri.toString());
+    }),
+    vscode.workspace.onDidChangeTextDocument((e) => {
+      for (const change of e.contentChanges) {
+        reports.edited(e.document.uri.toString(), {
+          startLine: change.range.start.line,
+          startCharacter: change.range.start.character,
+          rangeLength: change.rangeLength,
+          text: change.text,
+        });
+      }
+    }),
+    vscode.window.onDidChangeActiveTextEditor(() => renderToggle()),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       const change = classifyChange((section) => e.affectsConfiguration(section), specs);
       output.info(`configuration changed: ${JSON.stringify(change)}`);
@@ -316,11 +433,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
         await client.sendNotification(DidChangeConfigurationNotification.type, {
           settings: { specfill: serverSettings() },
         });
-        if (config().get('enable') === false) {
-          setStatus({ phase: 'disabled' });
-        } else if (status.phase === 'disabled') {
-          setStatus({ phase: 'ready' });
-        }
+      }
+      if (e.affectsConfiguration('specfill.enable')) {
+        renderToggle();
       }
     }),
     { dispose: () => void stopClient() },

@@ -15,6 +15,8 @@ import {
   WorkDoneProgress,
   WorkDoneProgressCreateRequest,
   DidChangeConfigurationNotification,
+  InlineCompletionItem,
+  InlineCompletionList,
   State,
 } from 'vscode-languageclient/node';
 import {
@@ -184,6 +186,26 @@ function textFromCursor(item: vscode.InlineCompletionItem, text: string, positio
   return text;
 }
 
+/** specfill/alternatives at the position, as VS Code items. A cancelled request (the user
+ *  typed on) answers nothing; a failed one answers nothing and says why in the log. */
+async function askAlternatives(
+  c: LanguageClient,
+  document: vscode.TextDocument,
+  position: vscode.Position,
+  token: vscode.CancellationToken,
+): Promise<vscode.InlineCompletionList | vscode.InlineCompletionItem[] | undefined> {
+  const params = { textDocument: { uri: c.code2ProtocolConverter.asUri(document.uri) }, position: c.code2ProtocolConverter.asPosition(position) };
+  try {
+    const list = await c.sendRequest<InlineCompletionList | InlineCompletionItem[] | null>(ALTERNATIVES, params, token);
+    return await c.protocol2CodeConverter.asInlineCompletionResult(list, token);
+  } catch (err) {
+    if (!token.isCancellationRequested) {
+      output.warn(`${ALTERNATIVES} failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return undefined;
+  }
+}
+
 function createClient(): LanguageClient {
   const processes: { current?: ChildProcess } = {};
   let wasRunning = false;
@@ -236,16 +258,7 @@ function createClient(): LanguageClient {
         const version = document.version;
         const started = Date.now();
         const result =
-          ask === 'alternatives'
-            ? await c.protocol2CodeConverter.asInlineCompletionResult(
-                await c.sendRequest<any>(
-                  ALTERNATIVES,
-                  { textDocument: { uri: c.code2ProtocolConverter.asUri(document.uri) }, position: c.code2ProtocolConverter.asPosition(position) },
-                  token,
-                ),
-                token,
-              )
-            : await next(document, position, context, token);
+          ask === 'alternatives' ? await askAlternatives(c, document, position, token) : await next(document, position, context, token);
         if (token.isCancellationRequested) {
           return result;
         }

@@ -175,7 +175,7 @@ def test_build_corpus_skips_tests_and_copies_holds_out_packages_and_is_determini
 
 def test_distillation_stream_counts_only_target_written_tokens(tokenizers):
     import torch
-    from training.distill import draft_stream_from_samples, mixed_stream
+    from training.corpus_distill import draft_stream_from_samples, mixed_stream
     _, tok = tokenizers
     samples = [("psm", "def f(x):\n", "\n    return y\n", "    y = x + 1", True),
                ("l2r", "import os\n", "", "import sys\n", False)]

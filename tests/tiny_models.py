@@ -25,7 +25,8 @@ def code_corpus() -> list[str]:
     return [inspect.getsource(m) for m in (json.decoder, textwrap, dataclasses, argparse)]
 
 
-def _init_sharp(model: torch.nn.Module, seed: int, scale: float) -> torch.nn.Module:
+def init_sharp(model: torch.nn.Module, seed: int, scale: float) -> torch.nn.Module:
+    """Random weights with decisive greedy choices (no near-ties between the top tokens)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -104,14 +105,14 @@ def tiny_same_tokenizer_draft_dir() -> str:
 def tiny_model(kind: str, vocab_size: int, seed: int = 0) -> torch.nn.Module:
     """Tiny random models of the cache layouts the engine must handle."""
     if kind == "llama":
-        return _init_sharp(LlamaForCausalLM(llama_config(vocab_size)), seed, 0.3)
+        return init_sharp(LlamaForCausalLM(llama_config(vocab_size)), seed, 0.3)
     if kind == "qwen2":
         cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-        return _init_sharp(Qwen2ForCausalLM(cfg), seed, 0.3)
+        return init_sharp(Qwen2ForCausalLM(cfg), seed, 0.3)
     if kind == "gpt2":
         cfg = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=2, n_positions=2048)
-        return _init_sharp(GPT2LMHeadModel(cfg), seed, 0.3)
+        return init_sharp(GPT2LMHeadModel(cfg), seed, 0.3)
     if kind == "bigcode":
-        return _init_sharp(GPTBigCodeForCausalLM(bigcode_config(vocab_size)), seed, 0.3)
+        return init_sharp(GPTBigCodeForCausalLM(bigcode_config(vocab_size)), seed, 0.3)
     raise ValueError(kind)

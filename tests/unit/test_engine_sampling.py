@@ -17,7 +17,7 @@ from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedMode
 from engine.drafters import ModelDrafter, NgramDrafter, TextDrafter
 from engine.sampling import target_probs
 from engine.vocab import build_vocab
-from tests.tiny_models import _init_sharp, llama_config
+from tests.tiny_models import init_sharp, llama_config
 
 N_SAMPLES = 1200
 TEMPERATURE, TOP_K, TOP_P = 0.9, 0, 0.95
@@ -34,7 +34,7 @@ def _tokenizer(merges):
 
 def _loaded(tokenizer, seed, scale):
     cfg = llama_config(len(tokenizer), bos_token_id=0, eos_token_id=None)
-    model = _init_sharp(LlamaForCausalLM(cfg), seed, scale)
+    model = init_sharp(LlamaForCausalLM(cfg), seed, scale)
     return LoadedModel("tiny", model, tokenizer, build_vocab(tokenizer), torch.device("cpu"))
 
 
@@ -92,6 +92,15 @@ def _chi_square_ok(counts: Counter, dist: dict, n: int) -> bool:
     return stat < crit
 
 
+def model_drafter(which: str, target, draft, other, text: str):
+    """The draft model of a sampling test and its own prompt for `text`: the same-vocabulary
+    draft, or the draft with another tokenizer (which drafts through text and has its own prompt)."""
+    if which == "same-vocabulary":
+        return ModelDrafter(KVPool(draft.model, 2, 256)), None
+    return (TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab),
+            [0] + other.vocab.encode_text(text))
+
+
 def _sample_pairs(target, drafters, prompt, draft_prompt, seed0, draft_length=2):
     counts = Counter()
     settings_base = dict(max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, draft_length=draft_length)
@@ -134,11 +143,7 @@ def test_sampling_with_lookup_and_draft_under_the_controller(small_models, which
     target, draft, other = small_models
     prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
     dist = _exact_two_token_dist(target, prompt)
-    if which == "same-vocabulary":
-        model, d_prompt = ModelDrafter(KVPool(draft.model, 2, 256)), None
-    else:
-        model = TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab)
-        d_prompt = [0] + other.vocab.encode_text(PROMPT_TEXT)
+    model, d_prompt = model_drafter(which, target, draft, other, PROMPT_TEXT)
     drafters = Drafters(lookup=NgramDrafter(), model=model)
     counts = _sample_pairs(target, drafters, prompt, d_prompt, 9000, draft_length="auto")
     assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)

@@ -10,11 +10,11 @@ import pytest
 
 from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettings, KVPool, speculative_generate
 from engine.control import DraftController, VerifyCost
-from engine.drafters import ModelDrafter, NgramDrafter, TextDrafter
+from engine.drafters import NgramDrafter
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
 from tests.unit.test_engine_sampling import (N_SAMPLES, TEMPERATURE, TOP_K, TOP_P, _chi_square_ok,
-                                             _exact_two_token_dist, small_models)  # noqa: F401 (fixture)
+                                             _exact_two_token_dist, model_drafter, small_models)  # noqa: F401 (fixture)
 
 
 # "ab" comes again at the end: prompt lookup proposes "cd ab ..." beside the draft model, and
@@ -77,11 +77,7 @@ def test_sampling_through_trees_follows_the_target(small_models, which):  # noqa
     target, draft, other = small_models
     prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
     dist = _exact_two_token_dist(target, prompt)
-    if which == "same-vocabulary":
-        model, d_prompt = ModelDrafter(KVPool(draft.model, 2, 256)), None
-    else:
-        model = TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab)
-        d_prompt = [0] + other.vocab.encode_text(PROMPT_TEXT)
+    model, d_prompt = model_drafter(which, target, draft, other, PROMPT_TEXT)
     drafters, memory = Drafters(lookup=NgramDrafter(), model=model), tree_memory()
     pool = KVPool(target.model, 2, 256)
     counts, passes = Counter(), 0

@@ -155,9 +155,10 @@ FILE_TEXT = "def add(a, b):\n    "
 TYPED = "r"
 
 
-def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
+def tiny_pair_settings() -> dict:
+    """The server on the tests' tiny pair, on the CPU, with short multi-line answers."""
     target, draft = tiny_pair_dirs()
-    settings = {
+    return {
         "specfill.server.command": sys.executable,
         "specfill.server.args": ["-m", "lsp"],
         "specfill.targetModel": target,
@@ -166,6 +167,10 @@ def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
         "specfill.maxNewTokens": 24,
         "specfill.multiline": "always",
     }
+
+
+def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
+    settings = tiny_pair_settings()
     seen, out = drive(vsix, tmp_path, "complete", settings, text=FILE_TEXT, E2E_TYPE=TYPED,
                       E2E_SETTINGS_CHANGE=json.dumps({"specfill.draftLength": "3"}))
     with folder_on_failure(out):
@@ -192,15 +197,8 @@ def test_ghost_text_shows_after_typing_and_tab_accepts_it(vsix, tmp_path):
 
 
 def test_manual_mode_for_python_asks_only_when_invoked_and_then_for_alternatives(vsix, tmp_path):
-    target, draft = tiny_pair_dirs()
     settings = {
-        "specfill.server.command": sys.executable,
-        "specfill.server.args": ["-m", "lsp"],
-        "specfill.targetModel": target,
-        "specfill.draftModel": draft,
-        "specfill.device": "cpu",
-        "specfill.maxNewTokens": 24,
-        "specfill.multiline": "always",
+        **tiny_pair_settings(),
         "specfill.candidates": 2,
         # Per language: the user-wide value stays automatic.
         "[python]": {"specfill.trigger": "manual"},

@@ -33,6 +33,7 @@ import { LogLevel, StderrLevels } from './serverLog';
 import { ACCEPTED, acceptCommand, onAccepted } from './accept';
 import { Trigger, toggleText, toggleUpdate, whatToAsk } from './control';
 import { UserReports, suggestionId, withId } from './reports';
+import { alternativesParams } from './selected';
 
 let client: LanguageClient | undefined;
 let specs: Map<string, PropertySpec>;
@@ -186,15 +187,22 @@ function textFromCursor(item: vscode.InlineCompletionItem, text: string, positio
   return text;
 }
 
-/** specfill/alternatives at the position, as VS Code items. A cancelled request (the user
- *  typed on) answers nothing; a failed one answers nothing and says why in the log. */
+/** specfill/alternatives at the position (continuing the suggest widget's selected item, if
+ *  any), as VS Code items. A cancelled request (the user typed on) answers nothing; a failed
+ *  one answers nothing and says why in the log. */
 async function askAlternatives(
   c: LanguageClient,
   document: vscode.TextDocument,
   position: vscode.Position,
+  context: vscode.InlineCompletionContext,
   token: vscode.CancellationToken,
 ): Promise<vscode.InlineCompletionList | vscode.InlineCompletionItem[] | undefined> {
-  const params = { textDocument: { uri: c.code2ProtocolConverter.asUri(document.uri) }, position: c.code2ProtocolConverter.asPosition(position) };
+  const selected = context.selectedCompletionInfo;
+  const params = alternativesParams(
+    c.code2ProtocolConverter.asUri(document.uri),
+    c.code2ProtocolConverter.asPosition(position),
+    selected ? { range: c.code2ProtocolConverter.asRange(selected.range), text: selected.text } : undefined,
+  );
   try {
     const list = await c.sendRequest<InlineCompletionList | InlineCompletionItem[] | null>(ALTERNATIVES, params, token);
     return await c.protocol2CodeConverter.asInlineCompletionResult(list, token);
@@ -258,7 +266,7 @@ function createClient(): LanguageClient {
         const version = document.version;
         const started = Date.now();
         const result =
-          ask === 'alternatives' ? await askAlternatives(c, document, position, token) : await next(document, position, context, token);
+          ask === 'alternatives' ? await askAlternatives(c, document, position, context, token) : await next(document, position, context, token);
         if (token.isCancellationRequested) {
           return result;
         }

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from completion import selected as selected_item
 from completion.alternatives import MAX_CANDIDATES, alternatives
 from lsp import backend, client_log, commands, telemetry
 from lsp.arguments import SPECFILL_VERSION
@@ -112,16 +113,18 @@ def _supersede(state: ServerState, key: str, cancel: threading.Event) -> None:
         state.stats.superseded += 1
 
 
-async def complete_at(ls: SpecfillServer, uri: str, position: types.Position,
-                      invoked: bool = False) -> Optional[tuple[str, types.Range]]:
+async def complete_at(ls: SpecfillServer, uri: str, position: types.Position, invoked: bool = False,
+                      selected: Optional[types.SelectedCompletionInfo] = None) -> Optional[tuple[str, types.Range]]:
     """Ghost text and the client range it replaces, or None for an empty answer. `invoked`:
-    the user asked explicitly, so there is no debounce."""
-    found = await completions_at(ls, uri, position, invoked)
+    the user asked explicitly, so there is no debounce. `selected`: the completion menu's
+    item, which the ghost text continues (completion/selected.py)."""
+    found = await completions_at(ls, uri, position, invoked, selected=selected)
     return found[0] if found else None
 
 
 async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
-                         invoked: bool = False, count: int = 1) -> list[tuple[str, types.Range]]:
+                         invoked: bool = False, count: int = 1,
+                         selected: Optional[types.SelectedCompletionInfo] = None) -> list[tuple[str, types.Range]]:
     """complete_at for `count` alternatives (completion/alternatives.py): greedy first."""
     state = ls.state
     stats = state.stats
@@ -152,6 +155,10 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
         log.warning("position %d:%d is past the end of %s (%d lines)",
                     position.line, position.character, uri, len(lines))
         return []
+    chosen = _selected(lines, codec, selected, uri) if selected is not None else None
+    if selected is not None and chosen is None:
+        stats.out_of_range += 1
+        return []
 
     cancel = threading.Event()
     _supersede(state, key, cancel)
@@ -161,7 +168,9 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
         if cancel.is_set() or state.loading or state.backend is None:
             return []
         # The pipeline knows the document by the URI it was opened with.
-        request = backend.completion_request(doc.uri, text, cursor[0], cursor[1])
+        asked = selected_item.apply(lines, chosen) if chosen is not None else None
+        request = (backend.completion_request(doc.uri, asked.text, *asked.cursor) if asked is not None
+                   else backend.completion_request(doc.uri, text, cursor[0], cursor[1]))
         found = await asyncio.get_running_loop().run_in_executor(
             state.worker, _run_job, state, state.backend, request,
             backend.completion_options(settings), cancel, count)
@@ -174,9 +183,26 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
             del state.inflight[key]
     if cancel.is_set():
         return []
+    if chosen is not None:   # the selected item's text, then the model's, over the item's range
+        start = to_client(lines, codec, *chosen.start)
+        answers = [selected_item.answer(chosen, c.text, c.replace_end[1] - c.cursor[1]) for c in found if c.text]
+        return [(text, types.Range(start=start, end=to_client(lines, codec, *end))) for text, end in answers]
     start = to_client(lines, codec, *cursor)
     return [(c.text, types.Range(start=start, end=to_client(lines, codec, *c.replace_end)))
             for c in found if c.text]
+
+
+def _selected(lines, codec, info: types.SelectedCompletionInfo, uri: str) -> Optional[selected_item.Selected]:
+    """The completion menu's item in codepoints, or None (logged) when its range is not in
+    the document."""
+    start, end = to_codepoints(lines, codec, info.range.start), to_codepoints(lines, codec, info.range.end)
+    chosen = selected_item.Selected(start, end, info.text) if start and end else None
+    if chosen is None or selected_item.apply(lines, chosen) is None:
+        r = info.range
+        log.warning("selectedCompletionInfo range %d:%d-%d:%d is not in %s (%d lines); no completion",
+                    r.start.line, r.start.character, r.end.line, r.end.character, uri, len(lines))
+        return None
+    return chosen
 
 
 # ---------------------------------------------------------------------------------- server
@@ -207,7 +233,8 @@ def on_did_change_configuration(ls: SpecfillServer,
 async def on_inline_completion(ls: SpecfillServer,
                                params: types.InlineCompletionParams) -> types.InlineCompletionList:
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    result = await complete_at(ls, params.text_document.uri, params.position, invoked)
+    result = await complete_at(ls, params.text_document.uri, params.position, invoked,
+                               params.context.selected_completion_info)
     if result is None:
         ls.state.stats.empty += 1
         return types.InlineCompletionList(items=[])
@@ -227,17 +254,22 @@ def inline_item(ls: SpecfillServer, text: str, rng: types.Range) -> types.Inline
 
 @server.feature(commands.ALTERNATIVES)
 async def on_alternatives(ls: SpecfillServer, params: Any) -> types.InlineCompletionList:
-    """specfill/alternatives {textDocument: {uri}, position}: up to `candidates` different
-    suggestions at the position, the greedy one (what the ghost text shows) first; the others
-    are sampled now, when the user asks to cycle."""
+    """specfill/alternatives {textDocument: {uri}, position, context?: {selectedCompletionInfo?}}:
+    up to `candidates` different suggestions at the position, the greedy one (what the ghost
+    text shows) first; the others are sampled now, when the user asks to cycle."""
     p = telemetry.plain(params)
     try:
         uri, line, character = p["textDocument"]["uri"], p["position"]["line"], p["position"]["character"]
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"{commands.ALTERNATIVES} needs textDocument.uri and position, got {p!r}") from exc
+        info = (p.get("context") or {}).get("selectedCompletionInfo")
+        selected = None if info is None else types.SelectedCompletionInfo(
+            range=types.Range(start=types.Position(**info["range"]["start"]),
+                              end=types.Position(**info["range"]["end"])), text=str(info["text"]))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{commands.ALTERNATIVES} needs textDocument.uri and position (and a "
+                         f"selectedCompletionInfo with range and text, if any), got {p!r}") from exc
     position = types.Position(line=line, character=character)
     count = min(ls.state.settings.candidates, MAX_CANDIDATES)
-    found = await completions_at(ls, uri, position, invoked=True, count=count)
+    found = await completions_at(ls, uri, position, invoked=True, count=count, selected=selected)
     return types.InlineCompletionList(items=[inline_item(ls, text, rng) for text, rng in found])
 
 

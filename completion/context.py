@@ -1,5 +1,6 @@
 """What the model sees around the cursor: the document split at the cursor, prefix and suffix
-windows cut at line boundaries within token budgets, and extra chunks from other open files.
+windows cut at line boundaries within token budgets, and extra chunks of other documents
+(where they were opened, edited, visited) and of yanked text.
 
 The prefix window's first line moves in steps of `step_lines`, not with every line typed, so
 successive prompts share a long token prefix and the engine's KV cache stays valid.
@@ -148,20 +149,54 @@ def uri_to_path(uri: str) -> str:
     return "/".join(path.rstrip("/").split("/")[-2:]) or uri
 
 
-class ExtraContext:
-    """Ring buffer of chunks (line ranges) of other open documents, near where they were edited.
+# Where a chunk of extra context came from (the `extraContextFrom` setting lists these).
+SOURCES = ("open", "edits", "yanks", "visits")
+SIMILAR = 0.9           # a new chunk evicts older ones sharing this share of their lines
+MIN_TRIMMED_TOKENS = 32  # a chunk too big for what is left of the budget is cut down to no less
+MIN_YANK_CHARS = 12      # shorter yanks (a word, a bracket) say nothing worth a prompt line
 
-    Chunks change only when another document is noted, never while the user types in the
-    current one, so the extra block at the head of the prompt does not break KV reuse.
+
+@dataclass(frozen=True)
+class ContextChunk(ExtraChunk):
+    """An ExtraChunk that remembers where it came from (for stats)."""
+    source: str = "open"
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    uri: str
+    start: int | None           # first document line; None: not a place in the document (a yank)
+    lines: tuple[str, ...]
+    focus: int                  # index of the line it is centred on (the edit, the cursor)
+    source: str
+
+
+def similarity(a: tuple[str, ...], b: tuple[str, ...]) -> float:
+    """Share of lines two chunks have in common, 0..1 (llama.vim's measure: lines of `a` found in `b`)."""
+    if not a or not b:
+        return 0.0
+    in_b = set(b)
+    return 2.0 * sum(ln in in_b for ln in a) / (len(a) + len(b))
+
+
+class ExtraContext:
+    """Ring buffer of chunks of other documents: around where they were opened, edited or
+    visited, and text the user yanked.
+
+    Newest chunks win the budget; a new chunk replaces an overlapping one of the same document
+    and evicts chunks it nearly repeats. The prompt lists the picked chunks oldest first, and
+    the set changes only when a chunk is noted, never while the user types in the current
+    document (its own chunks are not offered to it), so the extra block keeps KV reuse.
     """
 
     def __init__(self, max_chunks: int = 16, chunk_lines: int = 32, max_documents: int = 64):
         self.max_chunks = max_chunks
         self.chunk_lines = chunk_lines
-        self._chunks: OrderedDict[tuple[str, int], ExtraChunk] = OrderedDict()
+        self._ring: list[_Chunk] = []                 # oldest first
         self._last: cachetools.LRUCache = cachetools.LRUCache(max_documents)
+        self.evicted_similar = 0
 
-    def note(self, uri: str, text: str, line: int | None = None) -> None:
+    def note(self, uri: str, text: str, line: int | None = None, source: str = "open") -> None:
         """Record a document's current text; takes a chunk around `line` or the first changed line."""
         if not isinstance(text, str) or "\x00" in text or len(text) > MAX_DOCUMENT_CHARS:
             return
@@ -175,34 +210,101 @@ class ExtraContext:
         line = max(0, min(line, len(lines) - 1))
         start = max(0, line - self.chunk_lines // 2)
         end = min(len(lines), start + self.chunk_lines)
-        body = "\n".join(lines[start:end]).strip("\n")
-        if not body.strip():
+        while start < end and not lines[start].strip():
+            start += 1
+        while end > start and not lines[end - 1].strip():
+            end -= 1
+        if start == end:
             return
-        for key in [k for k in self._chunks if k[0] == uri and abs(k[1] - start) < self.chunk_lines]:
-            del self._chunks[key]   # an overlapping older chunk of the same file is replaced
-        self._chunks[(uri, start)] = ExtraChunk(path=uri_to_path(uri), text=body + "\n")
-        while len(self._chunks) > self.max_chunks:
-            self._chunks.popitem(last=False)
+        focus = min(max(line - start, 0), end - start - 1)
+        self._add(_Chunk(uri, start, tuple(lines[start:end]), focus, source))
+
+    def note_text(self, uri: str, text: str, source: str = "yanks") -> None:
+        """Record text that is not a place in a document (a yank): its first `chunk_lines` lines."""
+        if not isinstance(text, str) or "\x00" in text:
+            return
+        lines = text.replace("\r\n", "\n").strip("\n").split("\n")[:self.chunk_lines]
+        if len("".join(lines).strip()) < MIN_YANK_CHARS:
+            return
+        self._add(_Chunk(uri, None, tuple(lines), 0, source))
+
+    def _add(self, new: _Chunk) -> None:
+        if any(c.lines == new.lines for c in self._ring):
+            return   # already there: keeping its place keeps the prompt (and its cache) as it is
+        kept = []
+        for c in self._ring:
+            overlaps = (new.start is not None and c.start is not None and c.uri == new.uri
+                        and abs(c.start - new.start) < self.chunk_lines)
+            if overlaps:
+                continue                       # the same place, newer text
+            if similarity(c.lines, new.lines) > SIMILAR:
+                self.evicted_similar += 1
+                continue
+            kept.append(c)
+        kept.append(new)
+        self._ring = kept[-self.max_chunks:]
 
     def forget(self, uri: str) -> None:
-        for key in [k for k in self._chunks if k[0] == uri]:
-            del self._chunks[key]
+        self._ring = [c for c in self._ring if c.uri != uri or c.start is None]
         self._last.pop(uri, None)
 
-    def select(self, exclude_uri: str, budget_tokens: int, count: Callable[[str], int]) -> tuple[ExtraChunk, ...]:
-        """Newest chunks of other documents that fit the budget, oldest first (stable order)."""
+    def chunks(self) -> list[tuple[str, str, int]]:
+        """(uri, source, lines) of every chunk, oldest first (for tests and stats)."""
+        return [(c.uri, c.source, len(c.lines)) for c in self._ring]
+
+    def select(self, exclude_uri: str, budget_tokens: int, count: Callable[[str], int],
+               visible: str = "") -> tuple[ContextChunk, ...]:
+        """Newest chunks that fit the budget, oldest first (stable order). Places in
+        `exclude_uri` (the document asked about) are left out, and so is text already in
+        `visible` (its window) or already picked; a chunk too big for what is left is cut
+        down around its focus line."""
         if budget_tokens <= 0:
             return ()
-        picked, used = [], 0
-        for (uri, _), chunk in reversed(self._chunks.items()):
-            if uri == exclude_uri:
+        picked: list[tuple[int, ContextChunk]] = []
+        seen: set[str] = set()
+        used = 0
+        for i in range(len(self._ring) - 1, -1, -1):
+            c = self._ring[i]
+            if c.start is not None and c.uri == exclude_uri:
                 continue
-            n = count(chunk.path + "\n" + chunk.text)
-            if used + n > budget_tokens:
+            body = "\n".join(c.lines)
+            if body in seen or (visible and body.strip() and body.strip() in visible):
                 continue
-            picked.append(chunk)
-            used += n
-        return tuple(reversed(picked))
+            path = uri_to_path(c.uri)
+            left = budget_tokens - used - count(path + "\n")
+            lines = _fit(c, [count(ln + "\n") for ln in c.lines], left)
+            if not lines:
+                continue
+            text = "\n".join(lines) + "\n"
+            seen.add(body)
+            used += count(path + "\n") + sum(count(ln + "\n") for ln in lines)
+            picked.append((i, ContextChunk(path=path, text=text, source=c.source)))
+        return tuple(chunk for _, chunk in sorted(picked, key=lambda p: p[0]))
+
+
+def _fit(chunk: _Chunk, costs: list[int], left: int) -> list[str]:
+    """The chunk's lines within `left` tokens: all of them, or the lines around its focus
+    (nothing when less than MIN_TRIMMED_TOKENS is left)."""
+    if sum(costs) <= left:
+        return list(chunk.lines)
+    if left < MIN_TRIMMED_TOKENS:
+        return []
+    lo = hi = chunk.focus
+    used = costs[lo]
+    if used > left:
+        return []
+    while True:
+        grew = False
+        if hi + 1 < len(costs) and used + costs[hi + 1] <= left:
+            hi += 1
+            used += costs[hi]
+            grew = True
+        if lo > 0 and used + costs[lo - 1] <= left:
+            lo -= 1
+            used += costs[lo]
+            grew = True
+        if not grew:
+            return list(chunk.lines[lo:hi + 1])
 
 
 def _first_difference(old: list[str], new: list[str]) -> int:

@@ -122,6 +122,7 @@ class Prompts:
     draft_layout: str | None
     build_draft: Callable[[], list[int]] | None = None   # None: no draft model
     built_draft_ids: list[int] | None = None
+    extra: tuple = ()     # the target's extra-context chunks (ContextChunk), for stats
 
     def draft_ids(self) -> list[int]:
         """The draft model's prompt, built the first time it is asked for: the engine asks only
@@ -164,10 +165,15 @@ class CompletionPipeline:
         return c
 
     # -- requests ---------------------------------------------------------------------------------
-    def note_document(self, uri: str, text: str, line: int | None = None) -> None:
+    def note_document(self, uri: str, text: str, line: int | None = None, source: str = "open") -> None:
         """Offer another open document as extra context (chunk around `line` or its latest edit)."""
         with self._lock:
-            self.extra.note(uri, text, line)
+            self.extra.note(uri, text, line, source)
+
+    def note_text(self, uri: str, text: str, source: str = "yanks") -> None:
+        """Offer text the user took from `uri` (a yank) as extra context."""
+        with self._lock:
+            self.extra.note_text(uri, text, source)
 
     def forget_document(self, uri: str) -> None:
         with self._lock:
@@ -298,7 +304,7 @@ class CompletionPipeline:
             budgets = (max(1, int(budgets[0] * scale)), int(budgets[1] * scale), int(budgets[2] * scale))
         window = cut_window(cur, rp.estimate_tokens, budgets[0], budgets[1], options.window_step_lines)
         with self._lock:
-            extra = self.extra.select(uri, budgets[2], rp.estimate_tokens)
+            extra = self.extra.select(uri, budgets[2], rp.estimate_tokens, window.prefix + window.suffix)
         described = dict(window_lines=[window.start_line, window.end_line], extra_chunks=len(extra))
         if info.backend == "llamacpp" and info.fim and options.fim_template == "auto":
             described.update(template="llamacpp-infill", layout="server")
@@ -322,7 +328,7 @@ class CompletionPipeline:
             d_layout = draft.resolve_layout(options.fim_layout)
             build_draft = lambda: self._prompt(draft, self.engine.draft, uri, cur, options, d_layout, path)[0]  # noqa: E731
         return Prompts(target, t_layout, target_ids, window.start_line, window.end_line, len(extra),
-                       draft, d_layout, build_draft)
+                       draft, d_layout, build_draft, extra=extra)
 
     def _run_stats(self, uri: str, prompts: "Prompts", result: GenerationResult, cleaned: Cleaned | None) -> dict:
         """Everything known about one model run, as shown by specfill.stats and the bench."""
@@ -339,6 +345,8 @@ class CompletionPipeline:
                      draft_template=prompts.draft.family if prompts.draft else None,
                      draft_layout=prompts.draft_layout,
                      window_lines=[prompts.window_start, prompts.window_end], extra_chunks=prompts.extra_chunks,
+                     extra_context=[{"path": c.path, "source": getattr(c, "source", "open"), "text": c.text}
+                                    for c in prompts.extra],
                      raw_text=result.text)
         return stats
 
@@ -349,7 +357,7 @@ class CompletionPipeline:
         prefix_budget, suffix_budget, extra_budget = self.budgets(options, model)
         window = cut_window(cur, count, prefix_budget, suffix_budget, options.window_step_lines)
         with self._lock:
-            extra = self.extra.select(uri, extra_budget, count)
+            extra = self.extra.select(uri, extra_budget, count, window.prefix + window.suffix)
         return template.build(window.prefix, window.suffix, layout, extra, path=path), window, extra
 
     def budgets(self, options: CompletionOptions, model: LoadedModel | None = None) -> tuple[int, int, int]:

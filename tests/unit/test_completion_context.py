@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import textwrap
 
-from completion.context import ExtraContext, TokenCounter, cut_window, parse_document
+from completion.context import ExtraContext, TokenCounter, cut_window, parse_document, similarity
 from bench.measure_layout import prompt_reuse, typing_session
 from completion.templates import load_template
 from tests.tiny_models import tiny_tokenizers
@@ -63,6 +63,73 @@ def test_extra_context_ring_buffer():
     assert [c.path for c in ring.select("file:///x.py", 1000, count)] == ["p/m2.py", "p/m3.py", "p/m4.py"]
     small = ring.select("file:///x.py", count("p/m4.py\nvalue_4 = 4\n"), count)
     assert [c.path for c in small] == ["p/m4.py"]            # budget: newest first
+
+
+def test_extra_context_from_edits_yanks_and_visits():
+    """Chunks come from edits (around the edited line), yanks and visits; newest first within
+    the budget, listed oldest first in the prompt; the document asked about gives none of its
+    places, but its yanks count unless their text is already in view."""
+    t = target_template()
+    count = TokenCounter(t.encode_infill)
+    ring = ExtraContext(max_chunks=8, chunk_lines=8)
+    util = "\n".join(f"def helper_{i}(x):\n    return x + {i}" for i in range(40))
+    ring.note("file:///p/util.py", util)                                   # opened: the top
+    ring.note("file:///p/util.py", util, line=60, source="edits")         # edited at line 60
+    ring.note_text("file:///p/main.py", "total = helper_7(3) + helper_9(4)\n", source="yanks")
+    ring.note("file:///p/notes.py", "\n".join(f"note_{i} = {i}" for i in range(50)), line=30, source="visits")
+    chunks = ring.select("file:///p/main.py", 10_000, count)
+    assert [c.source for c in chunks] == ["open", "edits", "yanks", "visits"]
+    assert "helper_30" in chunks[1].text and "helper_0" not in chunks[1].text
+    assert "note_30 = 30" in chunks[3].text
+    assert chunks[2].text == "total = helper_7(3) + helper_9(4)\n" and chunks[2].path == "p/main.py"
+    # Asked from main.py with the yanked text already in its window: the yank is left out.
+    seen = ring.select("file:///p/main.py", 10_000, count, visible="x = 1\ntotal = helper_7(3) + helper_9(4)\n")
+    assert [c.source for c in seen] == ["open", "edits", "visits"]
+    # Asked from util.py: its own places are left out, the yank from main.py is offered.
+    assert [c.source for c in ring.select("file:///p/util.py", 10_000, count)] == ["yanks", "visits"]
+    # Short yanks (a word) say nothing; they are not kept.
+    ring.note_text("file:///p/main.py", "helper")
+    assert len(ring.chunks()) == 4
+
+
+def test_extra_context_newest_first_within_the_budget_and_trimmed_around_the_focus():
+    t = target_template()
+    count = TokenCounter(t.encode_infill)
+    ring = ExtraContext(max_chunks=8, chunk_lines=32)
+    big = "\n".join(f"value_{i} = compute({i}, {i * 7})" for i in range(200))
+    ring.note("file:///p/old.py", "old_thing = 1\nother_old_thing = 2\n")
+    ring.note("file:///p/big.py", big, line=100, source="edits")
+    full = ring.select("file:///p/main.py", 100_000, count)
+    assert [c.path for c in full] == ["p/old.py", "p/big.py"] and full[1].text.count("\n") == 32
+    budget = count("p/big.py\n") + sum(count(f"value_{i} = compute({i}, {i * 7})\n") for i in range(98, 103))
+    small = ring.select("file:///p/main.py", budget, count)
+    # The newest chunk takes the budget, cut down to the lines around its edited line.
+    assert [c.path for c in small] == ["p/big.py"]
+    assert "value_100 = " in small[0].text and 3 <= small[0].text.count("\n") <= 5
+    assert ring.select("file:///p/main.py", budget, count) == small   # same ring, same prompt
+
+
+def test_extra_context_dedups_and_evicts_similar_chunks():
+    t = target_template()
+    count = TokenCounter(t.encode_infill)
+    ring = ExtraContext(max_chunks=8, chunk_lines=16)
+    block = "\n".join(f"row_{i} = load({i})" for i in range(12))
+    ring.note_text("file:///p/a.py", block)
+    ring.note("file:///p/b.py", "unrelated = True\nmore = False\n")
+    ring.note_text("file:///p/c.py", block)                     # the same text again: kept in place
+    assert ring.chunks() == [("file:///p/a.py", "yanks", 12), ("file:///p/b.py", "open", 2)]
+    # Nearly the same text (one line of twelve changed) evicts the older chunk.
+    nearly = block.replace("row_5 = load(5)", "row_5 = load(55)")
+    assert similarity(tuple(block.split("\n")), tuple(nearly.split("\n"))) > 0.9
+    ring.note_text("file:///p/a.py", nearly)
+    assert ring.chunks() == [("file:///p/b.py", "open", 2), ("file:///p/a.py", "yanks", 12)]
+    assert ring.evicted_similar == 1
+    texts = [c.text for c in ring.select("file:///p/x.py", 10_000, count)]
+    assert texts == ["unrelated = True\nmore = False\n", nearly + "\n"]
+    # Closing a document drops its places, not what was yanked from it.
+    ring.forget("file:///p/a.py")
+    ring.forget("file:///p/b.py")
+    assert ring.chunks() == [("file:///p/a.py", "yanks", 12)]
 
 
 def test_chosen_layout_keeps_the_kv_cache_valid_while_typing():

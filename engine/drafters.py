@@ -136,6 +136,8 @@ class ModelDrafter:
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         ids = self.draft_prompt + seq[self.offset:]
+        if not ids:   # nothing for the draft to condition on (an empty draft prompt)
+            return Draft([])
         before = self.session.forward_calls
         tokens, qs = [], []
         logits = self.session.advance(ids, 1)[-1]
@@ -279,6 +281,8 @@ class TextDrafter:
         pending = self._sync(self.held + generated, seq)
         healing = len(pending)
         base = self.prompt + self.cont
+        if not base:   # an empty draft prompt and no shared text the draft can write yet
+            return Draft([])
         before = self.session.forward_calls
         new = b""
         drafted: list[int] = []

@@ -128,3 +128,18 @@ def test_fim_request_on_held_out_snippet_returns_code(engines):
                            stop_ids=stop)
     assert result.text.strip()
     assert "<PRE>" not in result.text and "<SUF>" not in result.text
+
+
+def test_an_empty_draft_prompt_drafts_from_the_shared_text_and_changes_nothing(engines):
+    """A draft prompt with no tokens (the draft tokenizer writes nothing for the prompt, or a
+    caller passes []) used to crash the draft model's first forward with an IndexError; the
+    draft now waits until the generated text gives it something to condition on."""
+    from engine import GenerationSettings
+    spec, alone = engines
+    ttok = spec.target.tokenizer
+    target_ids = ttok("def add(a, b):\n    return").input_ids
+    settings = GenerationSettings(max_new_tokens=24, draft_length=4)
+    a = spec.generate(target_ids, [], settings=settings, stop_ids=(ttok.eos_token_id,))
+    b = alone.generate(target_ids, settings=settings, stop_ids=(ttok.eos_token_id,))
+    assert a.token_ids == b.token_ids and a.text
+    assert a.stats.draft_calls > 0    # the draft joined in once the shared text had tokens

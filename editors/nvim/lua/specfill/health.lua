@@ -23,6 +23,21 @@ function M.server_version(cmd)
   return false, err
 end
 
+--- Which renderer draws the suggestions, and what the built-in one does not do.
+function M.renderer(health, option)
+  local builtin = require('specfill.renderer.builtin')
+  local has = builtin.available() and 'this Neovim has vim.lsp.inline_completion' or 'no vim.lsp.inline_completion'
+  if require('specfill.renderer').name(option) == 'builtin' then
+    health.warn(("renderer: Neovim's vim.lsp.inline_completion (renderer = %q); it has no %s"):format(option, builtin.MISSING),
+      { "renderer = 'specfill' (or 'auto') for all of them" })
+  else
+    health.ok(("renderer: specfill's own ghost text (renderer = %q; %s)"):format(option, has))
+    if builtin.available() then
+      health.info("renderer = 'builtin' would use Neovim's, untested by specfill, without " .. builtin.MISSING)
+    end
+  end
+end
+
 function M.check()
   local health = vim.health
   health.start('specfill')
@@ -50,11 +65,7 @@ function M.check()
   else
     health.error('server command not found: ' .. tostring(exe), fix)
   end
-  if require('specfill.renderer.builtin').available() then
-    health.info('vim.lsp.inline_completion is available (renderer = "auto" uses it)')
-  else
-    health.info("no vim.lsp.inline_completion in this Neovim: specfill's own ghost text is used")
-  end
+  M.renderer(health, opts.renderer)
   local status = require('specfill.status')
   local clients = require('specfill.server').clients()
   if #clients > 0 then

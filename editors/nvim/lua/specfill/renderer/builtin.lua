@@ -1,10 +1,19 @@
--- Neovim 0.12's built-in renderer (renderer = 'builtin', and 'auto' when it exists):
+-- Neovim 0.12's built-in renderer (renderer = 'builtin' only; 'auto' keeps specfill's own):
 -- vim.lsp.inline_completion asks, draws and accepts; this plugin only switches it on per
--- buffer and maps the accept key. It has no accept-word / accept-line.
+-- buffer and maps the accept key. What it does not do (M.MISSING, also in :checkhealth and
+-- the README): accept a word or a line (those keys are not mapped), cycle with this plugin's
+-- keys, this plugin's menu hiding, max_line_suffix, shown/dismissed reports (a whole accept
+-- runs the item's command, so it is counted). Typing through is Neovim's own: it asks again
+-- as you type (the server answers from its cache when you typed the suggestion's text).
+-- Not run in this project's tests: no Neovim 0.12 is installable on their machines.
 local server = require('specfill.server')
 local state = require('specfill.state')
 
 local M = {}
+
+--- What the plugin's own renderer does that this one does not.
+M.MISSING = 'accept-word, accept-line, <M-]>/<M-[> cycling, hiding while pumvisible() or '
+  .. 'vim.b.specfill_hidden, max_line_suffix, shown/dismissed reports'
 
 --- Whether this Neovim has vim.lsp.inline_completion.
 function M.available()

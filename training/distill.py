@@ -141,6 +141,11 @@ def train_draft(draft, examples, target_model, s: DistillSettings, minutes: floa
         opt.load_state_dict(ckpt["optimizer"])
         state = ckpt["state"]
         log(f"[train] resumed at step {state['step']} ({state['elapsed'] / 60:.1f} min)")
+        if state["done"] and state["elapsed"] < minutes * 60 and (not max_steps or state["step"] < max_steps):
+            # A finished run given a bigger budget goes on as a new segment: warm-up and cosine
+            # again over the added time, so the restart does not jump from the final lr to the peak.
+            state.update(done=False, segment_step=state["step"], segment_elapsed=state["elapsed"])
+            log(f"[train] continuing to {minutes:.1f} min as a new schedule segment")
 
     def save():
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "state": state}, ckpt_path + ".tmp")
@@ -158,6 +163,13 @@ def train_draft(draft, examples, target_model, s: DistillSettings, minutes: floa
         by_time = state["elapsed"] / budget if budget > 0 else 1.0
         return max(by_time, state["step"] / max_steps) if max_steps else by_time
 
+    def schedule() -> tuple[int, float]:
+        """(step, progress) within the current segment: the whole run unless it was extended."""
+        s0, e0 = state.get("segment_step", 0), state.get("segment_elapsed", 0.0)
+        by_time = (state["elapsed"] - e0) / (budget - e0) if budget > e0 else 1.0
+        by_steps = (state["step"] - s0) / (max_steps - s0) if max_steps > s0 else 0.0
+        return state["step"] - s0, max(by_time, by_steps)
+
     last_ckpt = window_t = time.time()
     window_loss, window_n = 0.0, 0
     while not state["done"] and progress() < 1.0:
@@ -166,7 +178,7 @@ def train_draft(draft, examples, target_model, s: DistillSettings, minutes: floa
         pick = torch.randint(0, len(examples), (s.batch_size,), generator=g).tolist()
         x, y, w = (t.to(device) for t in make_batch(examples, pick, pad, s.prompt_weight))
         for group in opt.param_groups:
-            group["lr"] = lr_at(s, state["step"], progress())
+            group["lr"] = lr_at(s, *schedule())
         keep = w > 0      # logits only where the loss counts: the LM head is half the draft's cost
         logits = scored_logits(model, x, keep)[:, :vocab].float()
         w, y = w[keep], y[keep]

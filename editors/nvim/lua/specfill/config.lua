@@ -130,8 +130,9 @@ M.defaults = {
   -- END server settings
   settings = {},
 
-  -- Renderer: 'auto' uses Neovim's built-in vim.lsp.inline_completion when it exists
-  -- (0.12+) and specfill's own ghost text otherwise; 'builtin' or 'specfill' force one.
+  -- Renderer: 'auto' and 'specfill' are specfill's own ghost text (also on Neovim 0.12+);
+  -- 'builtin' is Neovim 0.12's vim.lsp.inline_completion, untested by specfill, without
+  -- accept-word / accept-line / cycling (see the README).
   renderer = 'auto',
 
   -- Ask for a suggestion automatically while typing in insert mode.

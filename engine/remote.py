@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 
@@ -27,6 +28,7 @@ from .settings import GenerationResult, GenerationSettings, GenerationStats, Sto
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "llamacpp", "openai")
+PROBE_EXTRA = "probe: not a list"    # an /infill body the server refuses before it makes a task
 FAILURE_KINDS = ("unreachable", "auth", "not_found", "server_error", "timeout", "bad_response",
                  "unsupported", "config")
 
@@ -90,6 +92,24 @@ class InfillPrompt:
     prefix: str
     suffix: str
     extra: tuple[tuple[str, str], ...] = ()   # (filename, text) chunks of other files
+    indent: int | None = None    # n_indent; None: the cursor line's (infill_indent)
+
+
+def infill_indent(prefix: str, suffix: str) -> int:
+    """llama.cpp's `n_indent` for a cursor at the end of `prefix`: the cursor line's indentation
+    in characters, as llama.vim sends it. The server then ends the answer at the first line
+    indented by fewer characters, where post-processing's dedent rule cuts too (it measures
+    widths, a tab being several columns). Where a space-indented cursor line sits among
+    tab-indented lines a tab would count as one character and stop lines that rule keeps, so
+    none is sent (0) and the stop check alone cuts."""
+    line = prefix.rsplit("\n", 1)[-1]
+    lead = line[:len(line) - len(line.lstrip(" \t"))]
+    if " " in lead and _TAB_INDENTED.search(prefix + suffix):
+        return 0
+    return len(lead)
+
+
+_TAB_INDENTED = re.compile(r"(?:^|\n)\t")
 
 
 @dataclass
@@ -212,15 +232,21 @@ class RemoteTarget:
         return self.info
 
     def _infill_works(self) -> bool:
+        """Whether /infill works for the served model, without running a task: a slot that
+        ran the probe would lose the prompt it keeps cached. llama.cpp checks the model's FIM
+        tokens before it reads the body, so a body with `input_extra` not a list is refused
+        as invalid (400) by a server that can infill and as not supported (501) by one that
+        cannot. A server too old to know `input_extra` runs it as a tiny request (200)."""
         try:
             r = self.client.post("/infill", json={"input_prefix": "", "input_suffix": "", "n_predict": 0,
-                                                  "cache_prompt": False})
+                                                  "cache_prompt": False, "input_extra": PROBE_EXTRA})
         except httpx.HTTPError as exc:
             raise self._transport_error("/infill", exc) from None
-        if r.status_code in (200,):
+        detail = _error_detail(r.text)
+        if r.status_code == 200 or (r.status_code == 400 and "input_extra" in detail):
             return True
         if r.status_code in (400, 501):   # "Infill is not supported by this model"
-            log.info("%s: /infill unavailable: %s", self.settings.base_url, _error_detail(r.text))
+            log.info("%s: /infill unavailable: %s", self.settings.base_url, detail)
             return False
         raise self._http_error("/infill", r)
 
@@ -248,6 +274,7 @@ class RemoteTarget:
         body = {"input_prefix": p.prefix, "input_suffix": p.suffix,
                 "input_extra": [{"filename": f, "text": t} for f, t in p.extra],
                 "n_predict": s.max_new_tokens, "cache_prompt": True, "stream": True,
+                "n_indent": infill_indent(p.prefix, p.suffix) if p.indent is None else p.indent,
                 "temperature": s.temperature, "top_p": s.top_p}
         if s.temperature <= 0:
             body["top_k"] = 1          # greedy: the argmax, as the local engine
@@ -376,7 +403,7 @@ class RemoteEngine:
         self.settings = settings
         self.config = RemoteConfig(target=settings.url, max_cache_tokens=max_cache_tokens)
         self.remote = RemoteTarget(settings)
-        self.health = Health()
+        self.health = Health(url=settings.base_url)
         self._lock = threading.Lock()
 
     @property
@@ -438,18 +465,32 @@ class RemoteEngine:
         self.remote.close()
 
 
+StatusListener = Callable[[dict], None]
+
+
 @dataclass
 class Health:
-    """Failures seen, so the user is told once per kind and once when the remote is back."""
+    """Failures seen, so the user is told once per kind and once when the remote is back, and
+    the status the editors show (`status()`), sent to `listener` whenever it changes."""
+    url: str = ""
     failing: str | None = None       # kind of the latest failure, None when the last call worked
     told: set = field(default_factory=set)
     last_error: str = ""
     failures: dict = field(default_factory=dict)
+    listener: StatusListener | None = field(default=None, repr=False, compare=False)
+
+    def status(self) -> dict:
+        """{backend, url, state: ok|error, kind, message}: what a status line shows."""
+        return {"backend": "remote", "url": self.url, "state": "error" if self.failing else "ok",
+                "kind": self.failing or "", "message": self.last_error if self.failing else ""}
 
     def failed(self, err: RemoteError) -> bool:
         """Record a failure; True when the user should hear about it (a kind not yet told)."""
+        changed = self.failing != err.kind
         self.failing, self.last_error = err.kind, str(err)
         self.failures[err.kind] = self.failures.get(err.kind, 0) + 1
+        if changed:
+            self._changed()
         if err.kind in self.told:
             return False
         self.told.add(err.kind)
@@ -461,5 +502,13 @@ class Health:
         self.failing = None
         if was is not None:
             self.told.clear()     # a later failure of any kind is news again
+            self._changed()
             return True
         return False
+
+    def _changed(self) -> None:
+        if self.listener is not None:
+            try:
+                self.listener(self.status())
+            except Exception:    # a status line must never break a completion
+                log.warning("status listener failed", exc_info=True)

@@ -12,7 +12,7 @@ from lsprotocol import types
 
 from lsp import backend
 from lsp.documents import note_open_documents
-from lsp.notify import client_supports, show
+from lsp.notify import LOCAL_STATUS, client_supports, send_status, show
 from lsp.settings import MODEL_KEYS, Settings
 
 if TYPE_CHECKING:
@@ -61,12 +61,15 @@ def _end_progress(ls: SpecfillServer, token: Optional[str], message: str) -> Non
         log.debug("progress notification failed", exc_info=True)
 
 
-def _load_and_warm(settings: Settings, tell=None) -> backend.Backend:
+def _load_and_warm(settings: Settings, tell=None, status=None) -> backend.Backend:
     """Worker thread: load the models and run one tiny completion so the first real request
     does not pay for lazy initialisation. `tell(message, is_error)` reports a remote target's
-    failures and recoveries (once per kind) from the worker thread."""
+    failures and recoveries (once per kind) from the worker thread; `status(dict)` gets each
+    change of its status (engine/remote.py Health)."""
     loaded = backend.load_backend(settings)
     loaded.pipeline.on_remote_message = tell
+    if hasattr(loaded.engine, "health"):
+        loaded.engine.health.listener = status
     try:
         options = backend.completion_options(settings.replace(maxNewTokens=2))
         req = backend.completion_request("specfill://warmup", "def f(x):\n    return ", 1, 11)
@@ -85,7 +88,8 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     try:
         loop = asyncio.get_running_loop()
         loaded = await loop.run_in_executor(state.worker, _load_and_warm, settings,
-                                            lambda message, error: _tell_from_worker(ls, loop, message, error))
+                                            lambda message, error: _tell_from_worker(ls, loop, message, error),
+                                            lambda status: loop.call_soon_threadsafe(send_status, ls, status))
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # noqa: BLE001  (any failure must leave the server running)
@@ -100,6 +104,7 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     state.stats.loads += 1
     state.stats.last_load_ms = round(ms, 1)
     _end_progress(ls, token, f"ready ({ms:.0f} ms)")
+    send_status(ls, loaded.engine.health.status() if hasattr(loaded.engine, "health") else LOCAL_STATUS)
     log.info("loaded %s in %.0f ms", what, ms)
     note_open_documents(ls)
 

@@ -1,5 +1,6 @@
-"""Telling the user: pop-ups for what needs action. Everything logged also reaches the client's
-log as window/logMessage with its level (lsp/client_log.py)."""
+"""Telling the user: pop-ups for what needs action, and the target's status for the editors'
+status lines. Everything logged also reaches the client's log as window/logMessage with its
+level (lsp/client_log.py)."""
 from __future__ import annotations
 
 import logging
@@ -30,3 +31,17 @@ def client_supports(ls: LanguageServer, *path: str) -> bool:
         if node is None:
             return False
     return bool(node)
+
+
+STATUS_METHOD = "specfill/status"
+LOCAL_STATUS = {"backend": "local", "url": "", "state": "ok", "kind": "", "message": ""}
+
+
+def send_status(ls: LanguageServer, status: dict) -> None:
+    """`specfill/status` {backend, url, state: ok|error, kind, message}: what the editors' status
+    lines show about the target. Sent after every model load and whenever a remote target starts
+    failing, fails otherwise, or answers again; `message` is the one line that showMessage gave."""
+    try:
+        ls.protocol.notify(STATUS_METHOD, status)
+    except Exception:  # client gone
+        log.debug("could not send %s", STATUS_METHOD, exc_info=True)

@@ -26,6 +26,7 @@ from completion.remote_prompt import build_text
 from engine import Engine, EngineConfig
 from engine.remote import InfillPrompt, RemoteEngine, RemoteSettings, RemoteTarget, TextPrompt
 from engine.settings import GenerationSettings
+from lsp.notify import STATUS_METHOD
 from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, init_params, inline, items, make_client, open_doc,
                                    stats, wait_loaded, wait_until)
 from tests.e2e.remote import install_llama_server as install
@@ -153,6 +154,50 @@ def test_fim_template_must_be_named_when_the_server_does_not_say(server):
     assert len(told) == 1 and "set specfill.fimTemplate" in told[0]
 
 
+def test_infill_sends_the_cursor_lines_indentation_and_the_server_stops_below_it(server):
+    """n_indent, as llama.vim sends it: the server ends the answer at the first line (after the
+    next) indented by fewer characters than the cursor line, or blank; without it the same
+    greedy answer runs on to the tokens asked for."""
+    target = RemoteTarget(RemoteSettings(url=server.url, backend="llamacpp"))
+    gen = GenerationSettings(max_new_tokens=64)
+    prefix = "class A:\n    def f(self):\n        "
+    assert target._infill_body(InfillPrompt(prefix, ""), gen)["n_indent"] == 8
+    answers = {}
+    for indent in (None, 0):
+        timings: dict = {}
+        text = "".join(target.stream(InfillPrompt(prefix, "", indent=indent), gen, timings, extra={"ignore_eos": True}))
+        answers[indent] = text, timings["predicted_n"]
+    (limited, limited_n), (full, full_n) = answers[None], answers[0]
+    assert full_n == 64 and limited_n < 64
+    assert full.startswith(limited) and len(limited) < len(full)
+
+    def below(line):
+        return not line.strip() or len(line) - len(line.lstrip(" \t")) < 8
+    assert not any(line.strip() and below(line) for line in limited.split("\n")[1:])
+    assert any(below(line) for line in full.split("\n")[1:])
+
+
+def test_the_probe_leaves_the_servers_prompt_cache_alone(server):
+    """A new client (an editor starting) probes the server; the request it then repeats finds
+    all but the last prompt token in the slot's cache, as the last request left it."""
+    prompt = InfillPrompt("import json\n\n\ndef load(path):\n    with open(path) as f:\n        data = ",
+                          "\n    return data\n")
+    gen = GenerationSettings(max_new_tokens=8)
+    first: dict = {}
+    "".join(RemoteTarget(RemoteSettings(url=server.url)).stream(prompt, gen, first))
+    prompt_tokens = first["prompt_n"] + first["cache_n"]
+    held = _wait_idle(server)
+
+    fresh = RemoteTarget(RemoteSettings(url=server.url))
+    info = fresh.probe()
+    assert info.backend == "llamacpp" and info.fim
+    after = _wait_idle(server)
+    assert (after["id_task"], after["n_prompt_tokens"]) == (held["id_task"], held["n_prompt_tokens"])   # no task ran
+    again: dict = {}
+    "".join(fresh.stream(prompt, gen, again))
+    assert again["cache_n"] == prompt_tokens - 1 and again["prompt_n"] == 1
+
+
 def _slot_tokens(slot: dict) -> int:
     """Tokens the slot holds once idle: the prompt and everything it generated (the per-task
     n_decoded is reset when the slot is released)."""
@@ -232,8 +277,19 @@ def test_killed_server_answers_empty_and_a_restarted_one_serves_again(llama_serv
 
 # ---------------------------------------------------------------------- the language server
 
+def make_status_client():
+    """The test client, also keeping every `specfill/status` the server sends (as dicts)."""
+    client = make_client()
+    client.statuses = []
+
+    @client.feature(STATUS_METHOD)
+    def on_status(params):
+        client.statuses.append(params if isinstance(params, dict) else dict(params._asdict()))
+    return client
+
+
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, server_env=SERVER_ENV,
-                                              client_factory=make_client))
+                                              client_factory=make_status_client))
 async def remote_lsp(lsp_client: LanguageClient):
     yield lsp_client
 
@@ -251,6 +307,8 @@ async def test_language_server_tells_once_answers_empty_and_recovers(remote_lsp,
         await lsp_client.initialize_session(init_params({"targetModel": s.url, "debounceMs": 0,
                                                          "extraTokens": 0, "maxNewTokens": 24}))
         await wait_loaded(lsp_client)
+        await wait_until(lambda: lsp_client.statuses, 30, "the status after loading")
+        assert [(st["backend"], st["url"], st["state"]) for st in lsp_client.statuses] == [("remote", s.url, "ok")]
         open_doc(lsp_client, URI, DOC)
         lines = DOC.split("\n")
         await inline(lsp_client, URI, 11, len(lines[11]))
@@ -262,9 +320,16 @@ async def test_language_server_tells_once_answers_empty_and_recovers(remote_lsp,
             assert items(await inline(lsp_client, URI, line, len(lines[line]))) == []
         await wait_until(lambda: len(_errors(lsp_client)) >= 1, 30, "the showMessage")
         assert len(_errors(lsp_client)) == 1 and "cannot reach" in _errors(lsp_client)[0]
+        # the status line: one change to error, with the showMessage's line, however many failed
+        assert len(lsp_client.statuses) == 2
+        down = lsp_client.statuses[-1]
+        assert down["state"] == "error" and down["kind"] == "unreachable"
+        assert f"specfill: {down['message']}" == _errors(lsp_client)[0]
         s.start()
         await inline(lsp_client, URI, 12, 8)
         await wait_until(lambda: any("answers again" in m.message for m in lsp_client.messages), 30, "recovery")
+        await wait_until(lambda: len(lsp_client.statuses) == 3, 30, "the status after recovery")
+        assert lsp_client.statuses[-1] == {"backend": "remote", "url": s.url, "state": "ok", "kind": "", "message": ""}
         report = await stats(lsp_client)
         assert report["pipeline"]["remote"]["failing"] is None and report["server"]["errors"] == 0
         assert len(_errors(lsp_client)) == 1

@@ -13,7 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
-from engine.remote import RemoteEngine, RemoteError, RemoteSettings, RemoteTarget, TextPrompt
+from engine.remote import (PROBE_EXTRA, Health, InfillPrompt, RemoteEngine, RemoteError, RemoteSettings, RemoteTarget,
+                           ServerInfo, TextPrompt, infill_indent)
 from engine.settings import GenerationSettings
 from lsp.settings import Settings, parse_settings
 
@@ -26,6 +27,10 @@ class Behaviour:
     stream: list[bytes] = []
     hang_s = 0.0
     infill_status = 200
+    infill_answer: dict = {"content": "", "stop": True}
+
+    def __init__(self):
+        self.bodies: list[tuple[str, dict]] = []    # (path, JSON body) of every POST
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -55,9 +60,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         b = self.behaviour
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        b.bodies.append((self.path, json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))))
         if self.path == "/infill" and b.stream == []:
-            return self._json(b.infill_status, {"content": "", "stop": True})
+            return self._json(b.infill_status, b.infill_answer)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -187,3 +192,65 @@ def test_api_key_is_never_shown(monkeypatch):
     monkeypatch.setenv("TEAM_KEY", "from-env")
     assert RemoteSettings(url="http://h:1", api_key_env="TEAM_KEY").key() == "from-env"
     assert parse_settings({"apiKey": ""}, s).apiKey == ""
+
+
+# llama.cpp's answers to the probe (tools/server: the model's FIM tokens are checked before the body)
+NOT_A_LIST = {"error": {"code": 400, "message": '"input_extra" must be an array of {"filename": string, "text": string}',
+                        "type": "invalid_request_error"}}
+NO_FIM = {"error": {"code": 501, "message": "Infill is not supported by this model: prefix token is missing. ",
+                    "type": "not_supported_error"}}
+
+
+@pytest.mark.parametrize("status,answer,fim", [(400, NOT_A_LIST, True), (501, NO_FIM, False),
+                                               (200, {"content": "", "stop": True}, True),
+                                               (400, {"error": {"message": "Infill is not supported"}}, False)])
+def test_probe_asks_infill_with_a_body_refused_before_any_task(http_server, status, answer, fim):
+    url, b = http_server
+    b.infill_status, b.infill_answer = status, answer
+    assert RemoteTarget(settings(url)).probe().fim is fim
+    (path, body), = b.bodies
+    assert path == "/infill" and body["input_extra"] == PROBE_EXTRA and body["n_predict"] == 0
+
+
+def test_infill_indent_is_the_cursor_lines_indentation_in_characters():
+    assert infill_indent("def f():\n    return ", "") == 4
+    assert infill_indent("def f():\n        ", "\n") == 8          # the cursor in blank indentation
+    assert infill_indent("class A:\n\tdef f(self):\n\t\tx = ", "") == 2   # a tab is one character
+    assert infill_indent("x = ", "") == 0 and infill_indent("", "") == 0
+    # a space-indented cursor line among tab-indented lines: a tab would stop lines the
+    # dedent rule keeps (it counts a tab as several columns), so no limit
+    assert infill_indent("if x:\n\ty = 1\n    z = ", "") == 0
+    assert infill_indent("if x:\n    y = 1\n    z = ", "\n\tw = 2") == 0
+    assert infill_indent("if x:\n\ty = 1\n\tz = ", "") == 1                  # tabs only: safe
+
+
+def test_infill_request_carries_n_indent(http_server):
+    url, b = http_server
+    b.stream = [b'data: {"content": "1", "stop": true}\n\n']
+    target = RemoteTarget(settings(url))
+    target.info = ServerInfo("llamacpp", fim=True)     # probing is tested above
+    gen = GenerationSettings(max_new_tokens=8)
+    assert "".join(target.stream(InfillPrompt("def f():\n    return ", ""), gen)) == "1"
+    assert "".join(target.stream(InfillPrompt("def f():\n    return ", "", indent=0), gen)) == "1"
+    assert [body["n_indent"] for path, body in b.bodies if path == "/infill"] == [4, 0]
+
+
+def test_health_sends_each_change_of_status_once():
+    sent = []
+    health = Health(url="http://gpu:8080", listener=sent.append)
+    assert health.status() == {"backend": "remote", "url": "http://gpu:8080", "state": "ok", "kind": "", "message": ""}
+    down = RemoteError("unreachable", "cannot reach http://gpu:8080/infill: refused")
+    health.failed(down)
+    health.failed(down)                      # the same failure again: no news
+    health.failed(RemoteError("auth", "http://gpu:8080/infill: 401 the API key was refused"))
+    health.worked()
+    health.worked()
+    assert [(st["state"], st["kind"]) for st in sent] == [("error", "unreachable"), ("error", "auth"), ("ok", "")]
+    assert sent[0]["message"] == "cannot reach http://gpu:8080/infill: refused" and sent[2]["message"] == ""
+
+
+def test_a_failing_listener_does_not_break_a_completion():
+    def broken(status):
+        raise RuntimeError("client gone")
+    health = Health(url="http://gpu:8080", listener=broken)
+    assert health.failed(RemoteError("timeout", "no answer")) is True and health.worked() is True

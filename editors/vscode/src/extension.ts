@@ -27,7 +27,7 @@ import {
   toServerSettings,
 } from './settings';
 import { SERVER_COMMANDS } from './serverCommands';
-import { SHOW_LOG, SHOW_STATS, StatusState, initialStatus, statusText } from './status';
+import { SHOW_LOG, SHOW_STATS, STATUS_NOTIFICATION, StatusState, initialStatus, statusText, targetFromStatus } from './status';
 import { SETTLE_MS, ShownCounter, suggestionIdentity } from './shown';
 import { LogLevel, StderrLevels } from './serverLog';
 import { ACCEPTED, acceptCommand, onAccepted } from './accept';
@@ -250,6 +250,11 @@ function createClient(): LanguageClient {
           );
         },
       },
+      // The server's textDocument/completion answer is for editors without inline completion:
+      // in VS Code it would repeat the ghost text as an IntelliSense item, hide the word-based
+      // items, and (asked on every keystroke with quick suggestions on) supersede the inline
+      // request for the same document.
+      provideCompletionItem: () => undefined,
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const scoped = vscode.workspace.getConfiguration('specfill', document);
         const ask = whatToAsk(
@@ -310,6 +315,11 @@ function createClient(): LanguageClient {
   const c: LanguageClient = new LanguageClient('specfill', 'specfill', startServer(current, processes), clientOptions);
   serverProcesses.set(c, processes);
   c.registerFeature(progressFeature(c));
+  c.onNotification(STATUS_NOTIFICATION, (params: unknown) => {
+    if (c === client) {
+      setStatus({ target: targetFromStatus(params) }); // a remote target failing, or fine again
+    }
+  });
   c.onDidChangeState((e) => {
     if (c !== client) {
       return; // a client being replaced by a restart
@@ -331,7 +341,7 @@ function createClient(): LanguageClient {
 
 async function startClient(): Promise<void> {
   client = createClient();
-  setStatus({ phase: 'starting', percentage: undefined, message: undefined });
+  setStatus({ phase: 'starting', percentage: undefined, message: undefined, target: undefined });
   try {
     await client.start();
     if (status.phase === 'starting' && !enabledFor()) {

@@ -2,8 +2,16 @@
 
 export type Phase = 'starting' | 'loading' | 'ready' | 'disabled' | 'error' | 'stopped';
 
+/** A remote target that fails, from the server's `specfill/status` notification. */
+export interface TargetError {
+  kind: string; // unreachable | auth | not_found | server_error | timeout | bad_response | ...
+  message: string; // the one line the server's showMessage gave
+  url: string;
+}
+
 export interface StatusState {
   phase: Phase;
+  target?: TargetError; // set while the remote target fails; cleared when it answers again
   percentage?: number; // model loading progress, 0..100
   message?: string; // progress message or error
   lastLatencyMs?: number; // round trip of the last answered inline completion request
@@ -13,6 +21,19 @@ export interface StatusState {
 
 export function initialStatus(): StatusState {
   return { phase: 'starting', shown: 0, accepted: 0 };
+}
+
+export const STATUS_NOTIFICATION = 'specfill/status';
+
+/** The `specfill/status` params ({backend, url, state: ok|error, kind, message}) as the state's
+ *  `target`: an error to show, or undefined when the target is fine. */
+export function targetFromStatus(params: unknown): TargetError | undefined {
+  const p = (params ?? {}) as Record<string, unknown>;
+  if (p.state !== 'error') {
+    return undefined;
+  }
+  const str = (v: unknown) => (typeof v === 'string' ? v : '');
+  return { kind: str(p.kind), message: str(p.message), url: str(p.url) };
 }
 
 /** Share of shown suggestions that were accepted, as a whole percentage (undefined before any). */
@@ -25,7 +46,8 @@ export const SHOW_STATS = 'specfill.showStats';
 export const SHOW_LOG = 'specfill.showLog';
 
 export function statusText(s: StatusState): { text: string; tooltip: string; command: string } {
-  return { ...statusLabel(s), command: s.phase === 'error' || s.phase === 'stopped' ? SHOW_LOG : SHOW_STATS };
+  const toLog = s.phase === 'error' || s.phase === 'stopped' || (s.phase === 'ready' && s.target !== undefined);
+  return { ...statusLabel(s), command: toLog ? SHOW_LOG : SHOW_STATS };
 }
 
 function statusLabel(s: StatusState): { text: string; tooltip: string } {
@@ -49,6 +71,13 @@ function statusLabel(s: StatusState): { text: string; tooltip: string } {
     case 'stopped':
       return { text: '$(debug-stop) specfill', tooltip: 'specfill: server stopped. Click to see the log; run "specfill: Restart Server" to start it' };
     case 'ready': {
+      if (s.target) {
+        const what = s.target.kind ? s.target.kind.replace(/_/g, ' ') : 'failing';
+        return {
+          text: `$(warning) specfill remote error: ${what}`,
+          tooltip: `specfill: the remote target ${s.target.url} fails: ${s.target.message}. No completions until it answers again (this clears itself). Click to see the log`,
+        };
+      }
       const parts: string[] = [];
       const tips = ['specfill: ready'];
       if (s.lastLatencyMs !== undefined) {

@@ -41,6 +41,7 @@ function M.register(opts)
     handlers = {
       ['window/logMessage'] = logged('window/logMessage'),
       ['window/showMessage'] = logged('window/showMessage'),
+      ['specfill/status'] = status.on_status, -- the target's status, for the statusline
     },
     on_exit = on_exit,
     cmd = opts.cmd,

@@ -1,7 +1,9 @@
--- What the statusline shows: the server's phase, its model-loading progress, the round trip of
--- the last answer, and this client's counts (for :SpecfillStats).
+-- What the statusline shows: the server's phase, its model-loading progress, the target's
+-- status (a remote server that fails), the round trip of the last answer, and this client's
+-- counts (for :SpecfillStats).
 local M = {
   phase = 'off', -- off | starting | loading | ready | error | exited
+  target = nil, -- the last `specfill/status` while it says error: { kind =, message =, url = }
   exit = nil, -- how the server last ended badly: { code = N, signal = N }
   percentage = nil, -- model loading progress, 0..100
   latency_ms = nil, -- round trip of the last answered request
@@ -12,7 +14,7 @@ local M = {
 
 function M.attached()
   if M.phase == 'off' or M.phase == 'error' or M.phase == 'exited' then
-    M.phase, M.exit = 'starting', nil
+    M.phase, M.exit, M.target = 'starting', nil, nil
   end
 end
 
@@ -20,6 +22,24 @@ function M.detached()
   if M.phase ~= 'exited' then
     M.phase = 'off'
   end
+  M.target = nil
+end
+
+--- The server's `specfill/status` notification: { backend, url, state = 'ok'|'error', kind,
+--- message }. An error stays on the statusline until a status says ok (the remote answers
+--- again, or other models loaded).
+function M.target_status(params)
+  if params and params.state == 'error' then
+    M.target = { kind = params.kind or '', message = params.message or '', url = params.url or '' }
+  else
+    M.target = nil
+  end
+end
+
+--- vim.lsp handler for `specfill/status`.
+function M.on_status(_, params)
+  M.target_status(params)
+  pcall(vim.cmd.redrawstatus, { bang = true })
 end
 
 --- The server process ended (vim.lsp's on_exit). A clean exit (shutdown, :LspStop) is 'off';
@@ -57,7 +77,7 @@ function M.failed()
 end
 
 --- 'specfill: loading 40%' / 'specfill: ready 35ms' / 'specfill: off' / '' (not attached) /
---- 'specfill: error: server exited (code 1), see :SpecfillLog'.
+--- 'specfill: remote error: unreachable' / 'specfill: error: server exited (code 1), see :SpecfillLog'.
 function M.line(enabled, attached)
   if M.phase == 'exited' then
     local how = M.exit.signal ~= 0 and ('signal %d'):format(M.exit.signal) or ('code %d'):format(M.exit.code)
@@ -71,6 +91,8 @@ function M.line(enabled, attached)
   end
   if M.phase == 'loading' then
     return M.percentage and ('specfill: loading %d%%'):format(M.percentage) or 'specfill: loading'
+  elseif M.target then
+    return ('specfill: remote error: %s'):format(M.target.kind ~= '' and M.target.kind:gsub('_', ' ') or 'failing')
   elseif M.phase == 'ready' then
     return M.latency_ms and ('specfill: ready %dms'):format(M.latency_ms) or 'specfill: ready'
   end

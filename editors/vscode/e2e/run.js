@@ -6,11 +6,16 @@
 // `broken`: the server cannot start; reads the status bar, clicks it and reads the log it opens.
 // Scenario `manual` (specfill.trigger manual): types the keystroke, reads what is drawn and the
 // status bar a moment later, then asks with "Trigger Inline Suggestion" and reads the suggestion.
+// Scenario `selected`: types the keystroke, opens IntelliSense (Ctrl+Space; word-based
+// suggestions offer a word of the file), reads the selected item and the ghost text drawn beside
+// the widget, then Tab (accepts the item; the ghost text stays), Tab again (accepts the ghost
+// text), saves and reads the file back.
 // Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
 //
 // Environment: E2E_SCENARIO, E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the
 // file), E2E_FILE (file name), E2E_SETTINGS (JSON user settings), E2E_OUT, E2E_PORT, E2E_TYPE
-// (the keystroke typed at the end of the file), CHROMIUM (default /usr/bin/chromium).
+// (the keystroke typed at the end of the file), E2E_GHOST_START (scenario `selected`: how the
+// ghost text beside the menu starts), CHROMIUM (default /usr/bin/chromium).
 'use strict';
 const { spawn, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -164,6 +169,102 @@ async function manual(page) {
   await page.screenshot({ path: path.join(out, '3-invoked.png') });
 }
 
+async function suggestWidget(page) {
+  return page.evaluate(() => {
+    const widget = document.querySelector('.editor-group-container .suggest-widget');
+    const visible = !!widget && widget.classList.contains('visible');
+    const row = widget && widget.querySelector('.monaco-list-row.focused .label-name');
+    return { visible, selected: row ? (row.textContent || '').trim() : null };
+  });
+}
+
+// Every ghost-text element drawn in the editor, with its classes (what VS Code draws beside
+// its suggest widget is read from here when a check fails).
+async function ghostPieces(page) {
+  return page.evaluate((editor) => [...document.querySelectorAll(`${editor} [class*="ghost-text"]`)]
+    .map((el) => ({ cls: el.className, text: (el.textContent || '').replace(/\u00a0/g, ' ') })), EDITOR);
+}
+
+// The ghost text beside the menu: the inline part (VS Code draws the selected item's rest as
+// .ghost-text-decoration, the inline item's text after it as .ghost-text-decoration-preview)
+// and the lines below it.
+async function ghostBesideMenu(page) {
+  return page.evaluate((editor) => {
+    const text = (el) => (el.textContent || '').replace(/\u00a0/g, ' ');
+    const inline = [...document.querySelectorAll(`${editor} .ghost-text-decoration, ${editor} .ghost-text-decoration-preview`)].map(text).join('');
+    return [inline, ...window.__ghostSuggestion().split('\n').slice(1)].join('\n');
+  }, EDITOR);
+}
+
+// The editor's lines without the ghost text drawn inside them.
+async function editorTextWithoutGhost(page) {
+  return page.evaluate(() => {
+    const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
+    return lines
+      .map((l) => {
+        const copy = l.cloneNode(true);
+        copy.querySelectorAll('[class*="ghost-text"]').forEach((el) => el.remove());
+        return { top: parseFloat(l.style.top || '0'), text: (copy.textContent || '').replace(/\u00a0/g, ' ') };
+      })
+      .sort((a, b) => a.top - b.top)
+      .map((l) => l.text)
+      .join('\n');
+  });
+}
+
+async function saveAndRead(page, file, before) {
+  await page.keyboard.down('Control');
+  await page.keyboard.press('KeyS');
+  await page.keyboard.up('Control');
+  let previous = before;
+  return waitFor('the saved file', () => {
+    // Changed, and the same in two reads in a row (not caught halfway through the write).
+    const now = fs.readFileSync(file, 'utf8');
+    const done = now !== before && now === previous;
+    previous = now;
+    return done ? now : null;
+  }, 30000, 200);
+}
+
+async function selected(page) {
+  await page.keyboard.down('Control');
+  await page.keyboard.press('Space');
+  await page.keyboard.up('Control');
+  step('intellisense');
+  try {
+    result.menu = await waitFor('the suggest widget with a selected item', async () => {
+      const w = await suggestWidget(page);
+      return w.visible && w.selected ? w : null;
+    }, 30000, 100);
+    step('menu', result.menu);
+    // The answer for the selected item continues it: wait for that ghost text, then until it
+    // has stopped changing.
+    await waitFor('ghost text beside the menu', async () => (await ghostBesideMenu(page)).startsWith(env.E2E_GHOST_START), 120000, 100);
+    await quiet(page, 'ghost text', 1000, 60000);
+  } finally {
+    result.ghostPieces = await ghostPieces(page);
+    result.suggestion = await ghostBesideMenu(page);
+    result.menuAtRead = await suggestWidget(page);
+    await page.screenshot({ path: path.join(out, '2-menu-and-ghost.png') });
+  }
+  step('ghost', { suggestion: result.suggestion, pieces: result.ghostPieces });
+  const file = path.join(env.E2E_WORKSPACE, env.E2E_FILE);
+  const before = fs.readFileSync(file, 'utf8');
+  // Tab takes the menu's item; the ghost text that continues it stays.
+  await page.keyboard.press('Tab');
+  await waitFor('the menu to close', async () => !(await suggestWidget(page)).visible, 20000, 100);
+  await quiet(page, 'ghost text', 1500, 60000);
+  result.afterFirstTab = { text: await editorTextWithoutGhost(page), suggestion: await ghostBesideMenu(page) };
+  step('first tab', result.afterFirstTab);
+  await page.screenshot({ path: path.join(out, '3-item-accepted.png') });
+  await page.keyboard.press('Tab');
+  await quiet(page, 'ghost text', 1500, 60000);
+  step('second tab');
+  await page.screenshot({ path: path.join(out, '4-ghost-accepted.png') });
+  result.fileAfter = await saveAndRead(page, file, before);
+  step('saved');
+}
+
 async function editorText(page) {
   return page.evaluate(() => {
     const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
@@ -260,6 +361,11 @@ async function main() {
     step('typed');
     if (env.E2E_SCENARIO === 'manual') {
       await manual(page);
+      result.ok = true;
+      return;
+    }
+    if (env.E2E_SCENARIO === 'selected') {
+      await selected(page);
       result.ok = true;
       return;
     }

@@ -2,8 +2,9 @@
 with the real specfill server on tiny real models (tests/tiny_models.py, built with
 tests/conftest.py's settings): ghost text after typing, Tab inserts exactly the suggestion that
 was drawn, the status bar reports ready / latency / acceptance of the suggestions VS Code really
-drew, the server's INFO log lines are not errors, and a server that cannot start says so in the
-status bar and opens its log.
+drew, the server's INFO log lines are not errors, the ghost text beside an open IntelliSense menu
+continues its selected item (selectedCompletionInfo), and a server that cannot start says so in
+the status bar and opens its log.
 
 Part of `python -m pytest -q` once its dependencies are installed (CI installs them and sets
 SPECFILL_VSCODE_E2E=required, so a missing install fails there); skipped with the reason
@@ -214,6 +215,50 @@ def test_manual_mode_for_python_asks_only_when_invoked_and_then_for_alternatives
         # Through specfill/alternatives (the extension logs each explicit ask).
         log = output_channel_lines(out)
         assert any(re.search(r"asked for alternatives \(specfill/alternatives\): [12] different", line) for line in log), log[-40:]
+
+
+# IntelliSense (word-based suggestions) offers `alpha` for the typed `al`.
+MENU_FILE_TEXT = "def add(alpha, beta):\n    return a"
+MENU_TYPED = "l"
+
+
+def pipeline_answer(settings: dict, uri: str, text: str) -> str:
+    """What the completion pipeline (in this process, the server's models and settings) answers
+    at the end of `text` in the file at `uri`."""
+    import threading
+
+    from lsp.backend import completion_options, completion_request, load_backend
+    from lsp.settings import Settings, parse_settings
+
+    server = parse_settings({k.removeprefix("specfill."): v for k, v in settings.items()
+                             if k.startswith("specfill.") and not k.startswith("specfill.server.")}, Settings())
+    lines = text.split("\n")
+    found = load_backend(server).pipeline.complete(
+        completion_request(uri, text, len(lines) - 1, len(lines[-1])),
+        completion_options(server), cancel=threading.Event())
+    return found.text if found is not None else ""
+
+
+def test_ghost_text_beside_intellisense_continues_the_selected_item(vsix, tmp_path):
+    settings = tiny_pair_settings()
+    typed = MENU_FILE_TEXT + MENU_TYPED
+    with_item = typed.removesuffix("al") + "alpha"
+    uri = (tmp_path / "ws" / "example.py").as_uri()   # where drive() writes the file
+    continuation = pipeline_answer(settings, uri, with_item)
+    assert continuation and continuation != pipeline_answer(settings, uri, typed), \
+        "the tiny pair should answer differently after `al` and after `alpha`"
+    seen, out = drive(vsix, tmp_path, "selected", settings, text=MENU_FILE_TEXT, E2E_TYPE=MENU_TYPED,
+                      E2E_GHOST_START="pha")
+    with folder_on_failure(out):
+        assert seen["menu"]["selected"] == "alpha", seen["menu"]
+        assert seen["menuAtRead"]["visible"], seen
+        # Beside the open menu, the ghost text is the item's rest, then the server's answer
+        # for the document with the item in place (not its answer after `al`).
+        assert seen["suggestion"] == "pha" + continuation, (seen["suggestion"], seen["ghostPieces"])
+        # Tab takes the item and the ghost text stays; Tab again takes the ghost text.
+        assert seen["afterFirstTab"]["text"].rstrip().endswith("return alpha"), seen["afterFirstTab"]
+        assert seen["afterFirstTab"]["suggestion"] == continuation, seen["afterFirstTab"]
+        assert seen["fileAfter"] == with_item + continuation, (seen["fileAfter"], continuation)
 
 
 def test_a_server_that_cannot_start_says_so_in_the_status_bar_and_shows_its_log(vsix, tmp_path):

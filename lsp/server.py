@@ -160,6 +160,7 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
         stats.out_of_range += 1
         return []
 
+    state.prefetch.before_request(key, text, cursor)   # a prefetch elsewhere stops now
     cancel = threading.Event()
     _supersede(state, key, cancel)
     try:
@@ -183,6 +184,7 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
             del state.inflight[key]
     if cancel.is_set():
         return []
+    state.prefetch.answered(request.uri, request.text, found)
     if chosen is not None:   # the selected item's text, then the model's, over the item's range
         start = to_client(lines, codec, *chosen.start)
         answers = [selected_item.answer(chosen, c.text, c.replace_end[1] - c.cursor[1]) for c in found if c.text]
@@ -247,6 +249,7 @@ def inline_item(ls: SpecfillServer, text: str, rng: types.Range) -> types.Inline
     """An item whose command the client runs when the user accepts it whole (LSP 3.18); its
     id is also what the client's specfill/shown, /accepted and /dismissed reports name."""
     sid = ls.state.user.offer(len(text))
+    ls.state.prefetch.offered(sid, text)
     accepted = types.Command(title="specfill: accepted", command=commands.ACCEPTED,
                              arguments=[{"id": sid, "length": len(text)}])
     return types.InlineCompletionItem(insert_text=text, range=rng, command=accepted)
@@ -310,6 +313,7 @@ def cmd_accepted(ls: SpecfillServer, *args) -> dict:
 @server.feature(commands.SHOWN)
 def on_shown(ls: SpecfillServer, params: Any) -> None:
     telemetry.safely(commands.SHOWN, telemetry.report, ls.state.user, "shown", params)
+    ls.state.prefetch.on_shown(ls, params)   # the next suggestion, as if this one is accepted
 
 
 @server.feature(commands.ACCEPTED_PART)
@@ -364,7 +368,8 @@ def stats_report(ls: SpecfillServer) -> dict:
         "positionEncoding": str(ls.workspace.position_encoding),
         "openDocuments": len(ls.workspace.text_documents),
         "oversizedDocuments": len(state.oversized),
-        "inflight": len(state.inflight),
+        "prefetch": asdict(state.prefetch.stats),
+        "inflight": len(state.inflight) + state.prefetch.in_flight(),
         "workerBusy": state.worker_busy,
         "pendingRequests": pending_requests(ls),
         "maxRssMb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -381,6 +386,7 @@ def last_completion_stats(ls: SpecfillServer) -> dict:
 def stop_work(ls: SpecfillServer) -> None:
     """Cancel everything in flight and stop taking worker jobs (shutdown, client gone)."""
     state = ls.state
+    state.prefetch.cancel()
     for cancel in list(state.inflight.values()):
         cancel.set()
     state.worker.shutdown(wait=False, cancel_futures=True)

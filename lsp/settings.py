@@ -175,6 +175,10 @@ class Settings:
     trustRemoteCode: bool = _setting(
         False, "Allow model repositories to run their own Python code when loading. Off unless "
         "you trust the model's source.", "true or false")
+    prefetch: bool = _setting(
+        True, "Once a suggestion is shown, compute the next one in the background as if it were "
+        "accepted, so accepting shows the following suggestion from the cache. It runs only while "
+        "no request needs the models; a request anywhere else stops it at once.", "true or false")
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)

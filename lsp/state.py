@@ -7,6 +7,7 @@ from typing import Optional
 
 from completion.stats import UserAcceptance
 from lsp.backend import Backend
+from lsp.prefetch import Prefetcher
 from lsp.settings import Settings
 
 MAX_INFLIGHT = 4   # requests waiting or decoding at once (over all documents); older ones drop
@@ -55,3 +56,4 @@ class ServerState:
     worker: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=1, thread_name_prefix="specfill-torch"))
     worker_busy: bool = False            # a completion is running on the worker
+    prefetch: Prefetcher = field(default_factory=Prefetcher)   # the next suggestion, ahead

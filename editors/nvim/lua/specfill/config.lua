@@ -127,6 +127,11 @@ M.defaults = {
   --   trustRemoteCode = false
   --       Allow model repositories to run their own Python code when loading. Off unless you trust
   --       the model's source. Allowed: true or false.
+  --   prefetch = true
+  --       Once a suggestion is shown, compute the next one in the background as if it were
+  --       accepted, so accepting shows the following suggestion from the cache. It runs only while
+  --       no request needs the models; a request anywhere else stops it at once. Allowed: true or
+  --       false.
   -- END server settings
   settings = {},
 

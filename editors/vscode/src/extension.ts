@@ -34,6 +34,7 @@ import { ACCEPTED, acceptCommand, onAccepted } from './accept';
 import { Trigger, toggleText, toggleUpdate, whatToAsk } from './control';
 import { UserReports, suggestionId, withId } from './reports';
 import { alternativesParams } from './selected';
+import { Visits, placeOf } from './visits';
 
 let client: LanguageClient | undefined;
 let specs: Map<string, PropertySpec>;
@@ -44,6 +45,12 @@ let shownCounter = new ShownCounter();
 let toggleItem: vscode.StatusBarItem;
 // Reports go to the running server; none is queued for a server that is not running.
 const reports = new UserReports((method, params) => {
+  if (client?.isRunning()) {
+    client.sendNotification(method, params).catch(() => {});
+  }
+});
+// Where the user was (extra context for the server), sent like the reports.
+const visits = new Visits((method, params) => {
   if (client?.isRunning()) {
     client.sendNotification(method, params).catch(() => {});
   }
@@ -454,6 +461,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     vscode.window.onDidChangeActiveTextEditor(() => renderToggle()),
+    vscode.window.onDidChangeActiveTextEditor((editor) => visits.switched(placeOf(editor))),
+    vscode.window.onDidChangeTextEditorSelection((e) => visits.moved(placeOf(e.textEditor))),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       const change = classifyChange((section) => e.affectsConfiguration(section), specs);
       output.info(`configuration changed: ${JSON.stringify(change)}`);

@@ -138,6 +138,28 @@ def controller_acceptance(calls: list[dict], drafter: str) -> list[float] | None
     return [v / weight for v in sums] if weight else None
 
 
+def measured_acceptance(calls: list[dict], drafter: str) -> list[float] | None:
+    """The per-position acceptance of `drafter` counted exactly over these calls (the engine's
+    `by_position`: drafts that reached position i, and those accepted there); a position no draft
+    reached takes the one before it. None when no call counted any."""
+    evaluated: list[int] = []
+    accepted: list[int] = []
+    for s in calls:
+        rec = (s.get("by_position") or {}).get(drafter)
+        if not rec:
+            continue
+        for i, (e, a) in enumerate(zip(rec["evaluated"], rec["accepted"])):
+            if i == len(evaluated):
+                evaluated.append(0)
+                accepted.append(0)
+            evaluated[i] += e
+            accepted[i] += a
+    p: list[float] = []
+    for e, a in zip(evaluated, accepted):
+        p.append(a / e if e else p[-1])
+    return p or None
+
+
 def controller_median(calls: list[dict], drafter: str, key: str) -> float | None:
     """The median of one of the controller's estimates of `drafter` (e.g. its step_ms) over the
     calls that ran that drafter and report the estimate."""
@@ -194,7 +216,7 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
     if not t.rounds:
         return None, False
     a = t.acceptance or 0.0
-    p = {d: controller_acceptance(calls, d) for d in CHAINS}
+    p = {d: measured_acceptance(calls, d) or controller_acceptance(calls, d) for d in CHAINS}
     flat = any(n and k != "none" and p.get(k if k != "tree" else "model") is None
                for k, n in t.rounds_by_drafter.items())
     p = {d: v if v is not None else [a] for d, v in p.items()}

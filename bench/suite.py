@@ -143,7 +143,7 @@ def replay_engine_stats(record: dict) -> dict | None:
         return None
     keys = ("rounds", "rounds_by_drafter", "controller", "drafted", "accepted", "new_tokens", "prefill_ms",
             "draft_ms", "verify_ms")
-    return {**{k: record[k] for k in keys}, "latency_ms": record["engine_ms"]}
+    return {**{k: record[k] for k in keys}, "by_position": record.get("by_position"), "latency_ms": record["engine_ms"]}
 
 
 def multiline_requests(by_config: dict[str, list[Request]]) -> dict[str, list[Request]]:
@@ -265,8 +265,9 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
              "rounds. *Decode speedup*: new tokens per ms after the target's prefill, over no draft's. "
              "*Formula predicts*: the same from the measured acceptance and costs, "
              "E = (1 - a^(k+1)) / (1 - a) per chain (per position: 1 + p1 + p1 p2 + ...) over "
-             "k x draft step + verify(k+1) + the measured overhead per round (bench/speedup.py); "
-             "* = no per-position estimates (the old heuristic runs no controller): its measured acceptance at every "
+             "k x draft step + verify(k+1) + the measured overhead per round (bench/speedup.py), with p_i counted "
+             "in this run at each draft position (the engine's `by_position`); "
+             "* = no per-position counts: the measured acceptance at every "
              "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's.", "",
              "Costs measured in this run:", "", *cost_lines, "",
              "## Goals (default configuration)", "", "| goal | measured | met |", "|---|---|---|"]

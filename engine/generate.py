@@ -138,6 +138,11 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     plan, n = prop.plan, len(accepted)
     stats.count_round(plan.drafter, prop.width - 1, n, prop.draft_ms + (prop.begin_ms or 0.0), verify_ms)
     stats.tree_passes += prop.tree is not None
+    if plan.drafter == "tree":
+        for name, chain, asked in (("lookup", prop.chains[0], plan.lookup_k), ("model", prop.chains[1], plan.k)):
+            stats.count_positions(name, asked, common_prefix_len(accepted, chain))
+    elif plan.drafter != "none":
+        stats.count_positions(plan.drafter, plan.k, n)
     if settings.draft_length != "auto":
         return
     if settings.draft_control == "heuristic":

@@ -67,6 +67,9 @@ class GenerationStats:
     controller: dict = field(default_factory=dict)   # the controller's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
     tree_passes: int = 0        # tree rounds whose chains branched: both verified in one pass
+    # Exact counts behind the acceptance formula, per drafter ("lookup", "model"): how many drafts
+    # reached position i (every earlier token accepted) and how many had token i accepted.
+    by_position: dict = field(default_factory=dict)
 
     def count_round(self, drafter: str, drafted: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
         self.rounds += 1
@@ -75,6 +78,20 @@ class GenerationStats:
         self.accepted += accepted
         self.draft_ms += draft_ms
         self.verify_ms += verify_ms
+
+    def count_positions(self, drafter: str, asked: int, accepted: int) -> None:
+        """A chain of `drafter` asked for `asked` tokens had its first `accepted` accepted: positions
+        up to the first rejection were evaluated (a draft that stopped short failed where it
+        stopped), as the controller counts them."""
+        reached = min(asked, accepted + 1)
+        if reached <= 0:
+            return
+        rec = self.by_position.setdefault(drafter, {"evaluated": [], "accepted": []})
+        for counts in rec.values():
+            counts.extend([0] * (reached - len(counts)))
+        for i in range(reached):
+            rec["evaluated"][i] += 1
+            rec["accepted"][i] += i < accepted
 
     @property
     def acceptance_rate(self) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.speedup import Totals, expected_tokens, measure_costs, predicted_rate, speedup, tree_tokens
+from bench.speedup import (Totals, expected_tokens, measure_costs, measured_acceptance, predicted_rate, speedup,
+                           tree_tokens)
 
 
 def call(rounds: dict, drafted: int, accepted: int, new: int, latency: float, prefill: float, draft: float,
@@ -87,3 +88,21 @@ def test_the_reference_predicts_itself():
     assert s.achieved == 1.0
     # the prediction leaves out only the drafting time of rounds that drafted nothing (planning)
     assert s.efficiency == pytest.approx((95 - 1.5) / 95)
+
+
+def test_exact_counts_by_position_come_before_the_controllers_estimates():
+    no_draft = [call({"none": 4}, 0, 0, 4, latency=50, prefill=10, draft=0, verify=40)]
+    # two rounds of k = 2: one had both tokens accepted, one none; a third call saw only position 0
+    model = [call({"model": 2}, 4, 2, 4, latency=60, prefill=10, draft=4, verify=2 * 12,
+                  controller={"model": {"acceptance_by_position": [0.9, 0.9]}}),
+             call({"model": 1}, 1, 0, 1, latency=30, prefill=10, draft=1, verify=11)]
+    model[0]["by_position"] = {"model": {"evaluated": [2, 1], "accepted": [1, 1]}}
+    model[1]["by_position"] = {"model": {"evaluated": [1], "accepted": [0]}}
+    assert measured_acceptance(model, "model") == [1 / 3, 1.0]
+    assert measured_acceptance(model, "lookup") is None
+    costs = measure_costs({"no-draft": no_draft, "draft": model}, "no-draft")
+    rate, flat = predicted_rate(model, costs)
+    assert not flat
+    t = Totals.of(model)
+    per_round = t.mean_k * costs.step["model"] + costs.verify(t.mean_k + 1) + t.overhead_ms
+    assert rate == pytest.approx(expected_tokens([1 / 3, 1.0], t.mean_k) / per_round)

@@ -114,3 +114,34 @@ def test_controller_stops_drafting_with_a_draft_that_never_agrees(engines):
     assert memory.controller.model.p(0) < memory.controller.model.prior / 2      # it measured the draft
     assert memory.controller.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"
     assert rounds["none"] > 3 * rounds["model"] > 0, rounds     # gave up, but probed
+
+
+@pytest.mark.parametrize("name", ["ngram", "same-tokenizer", "other-tokenizer"])
+def test_acceptance_by_position_is_counted_exactly(engines, name):
+    """stats.by_position holds, per drafter, the drafts that reached each position and those
+    accepted there: its accepted counts add up to the accepted tokens of the chain rounds, and
+    position 0 was reached once per round of that drafter (fixed draft length: chains only)."""
+    base, others = engines
+    eng = others[name]
+    rounds = {"lookup": 0, "model": 0}
+    accepted = {"lookup": 0, "model": 0}
+    counted = {"lookup": [0, 0], "model": [0, 0]}
+    for prompt in PROMPTS[:20]:
+        d_ids = _ids(eng.draft, prompt) if eng.draft is not None else None
+        got = eng.generate(_ids(base.target, prompt), d_ids,
+                           settings=GenerationSettings(max_new_tokens=MAX_NEW, draft_length=3))
+        s = got.stats
+        assert s.rounds_by_drafter["tree"] == 0
+        for drafter, rec in s.by_position.items():
+            ev, acc = rec["evaluated"], rec["accepted"]
+            assert len(ev) == len(acc) <= 3
+            assert all(a <= e for a, e in zip(acc, ev))
+            assert all(later <= earlier for earlier, later in zip(acc, ev[1:]))  # reached only past an acceptance
+            counted[drafter][0] += ev[0]
+            counted[drafter][1] += sum(acc)
+        for drafter in rounds:
+            rounds[drafter] += s.rounds_by_drafter[drafter]
+        accepted_in_chains = s.accepted   # every drafting round is one chain of lookup or model here
+        assert sum(sum(r["accepted"]) for r in s.by_position.values()) == accepted_in_chains
+    assert counted == {d: [rounds[d], counted[d][1]] for d in rounds}
+    assert sum(c[1] for c in counted.values()) > 0

@@ -147,3 +147,37 @@ def test_self_draft_of_the_shipped_target_on_every_prompt_ending():
         assert fig.same == fig.prompts, ending
         assert fig.acceptance >= ACCEPTANCE_FLOOR, (ending, fig)
         assert fig.tokens_per_round >= TOKENS_PER_ROUND_FLOOR, (ending, fig)
+
+
+def _alignment_per_target_token(target: str, draft: str, prefix: str, text: str):
+    """The other-tokenizer drafter's alignment as the target writes `text` after `prefix` one of
+    its own tokens per round (none of the draft's accepted): for each target token, (its bytes,
+    the bytes the draft holds back to re-draft, the last token of the draft's context)."""
+    pair = _engine(target, draft)
+    drafter = pair.drafters.model
+    assert drafter.kind == "text"
+    t_ids = self_draft.target_ids(load_template(pair.target.tokenizer), prefix, None)
+    drafter.begin(t_ids, self_draft.target_ids(load_template(pair.draft.tokenizer), prefix, None))
+    seq, steps = list(t_ids), []
+    for tid in drafter.tv.continuation_ids(t_ids, text.encode("utf-8")):
+        seq.append(tid)
+        held = drafter._sync(drafter.held + drafter.tv.bytes_of(seq[len(t_ids):]), seq)
+        last = (drafter.prompt + drafter.cont)[-1]
+        steps.append((drafter.tv.token_bytes[tid], held, drafter.dv.token_bytes[last]))
+    return steps
+
+
+def test_healing_follows_the_drafts_own_split_not_the_targets_last_token():
+    # CodeLlama writes " Ledger" as " Led" + "ger" and ":\n" as ":" + "\n"; Qwen3 writes each as
+    # one token. Comparing only the last tokens ("ger" and "ger") left the draft after " Led" +
+    # "ger", a split its tokenizer never makes; it now re-drafts its own " Ledger".
+    steps = _alignment_per_target_token("codellama", "qwen3", "import os\n\n\nclass", " Ledger:\n    def add(self):\n")
+    assert steps[:4] == [(b" Led", b"", b" Led"), (b"ger", b" Ledger", b"class"),
+                         (b":", b"", b":"), (b"\n", b":\n", b" Ledger")], steps
+    assert steps[4:6] == [(b"   ", b"", b"   "), (b" def", b"", b" def")], steps   # its own split: kept
+    assert steps[-1] == (b"\n", b"):\n", b"(self"), steps
+    # Qwen3 writes "):\n" as one token, Llama-2 as "):" + "\n", the only way it can. The last tokens
+    # differ, yet that is the draft's own split: re-drafting "\n" would only cost a step.
+    steps = _alignment_per_target_token("qwen3", "codellama", "import os\n\n\n", "def f(x):\n    return x\n")
+    assert [held for _, held, _ in steps] == [b""] * len(steps), steps
+    assert (b"(x", b"", b"x") in steps and (b"):\n", b"", b"\n") in steps, steps

@@ -16,7 +16,8 @@ chains' products p_1...p_i and the two taken as independent, that is
 E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the model's km steps plus
 verify(1 + kl + km): a tree pass costs what a chain pass of its width costs (measured on the
 shipped target: its mask and gathered positions are a few tensor ops per pass), so
-tree rounds feed the same verify cost by width. A drafter that
+tree rounds feed the same verify cost by width. Prompt lookup's
+acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES). A drafter that
 loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
 slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
 hiccup cannot shut drafting off for good.
@@ -31,6 +32,22 @@ DECAY = 0.97            # weight of older rounds in the acceptance counts (follo
 COST_EMA = 0.1          # weight of a new cost measurement
 MAX_JUMP = 4.0          # a cost measurement counts as at most this many times the current estimate
 PRIOR_ROUNDS = 2.0      # pseudo-rounds behind the prior acceptance
+
+# Prompt-lookup proposals by how many tokens matched before them (Draft.match). Their acceptance
+# differs by far (the shipped target's greedy continuations of 36 held-out code positions: the
+# first proposed token was right ~0.30 of the time after 1-4 matched tokens, 0.96-1.00 after 5
+# or more), so each class keeps its own estimate, from its own prior: a long match gets a long
+# draft, a one-token match a short one or none. (name, fewest matched tokens, prior acceptance)
+LOOKUP_CLASSES = (("match 1-2", 1, 0.35), ("match 3-5", 3, 0.5), ("match 6+", 6, 0.9))
+
+
+def lookup_class(match: int) -> str | None:
+    """The class of a lookup proposal that followed `match` matched tokens (None: not known)."""
+    name = None
+    for label, fewest, _ in LOOKUP_CLASSES:
+        if match >= fewest:
+            name = label
+    return name
 
 
 def _ema(current: float | None, measured: float) -> float:
@@ -111,6 +128,7 @@ class Plan:
     k: int            # tokens to draft (the lookup's proposal is cut to k; a tree's model chain)
     expected_rate: float   # expected new tokens per ms (0 before any cost is known)
     lookup_k: int = 0      # a tree's lookup chain
+    lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
 
 
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
@@ -127,6 +145,9 @@ def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]
 class DraftController:
     """Kept by the Engine across requests: what worked on the last request is where the next starts."""
     lookup: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.5, step_ms=0.0))
+    # the same by match length (LOOKUP_CLASSES); `lookup` pools them, for proposals of unknown match
+    lookup_by_match: dict = field(default_factory=lambda: {
+        name: DrafterEstimate(prior=prior, step_ms=0.0) for name, _, prior in LOOKUP_CLASSES})
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6))
     verify: VerifyCost = field(default_factory=VerifyCost)
     since_model: int = 0     # rounds since each drafter was last used (for probing)
@@ -135,11 +156,23 @@ class DraftController:
     rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
     frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
 
+    def lookup_estimate(self, match: int) -> DrafterEstimate:
+        """The estimate for a lookup proposal after `match` matched tokens (0: the pooled one)."""
+        name = lookup_class(match)
+        return self.lookup if name is None else self.lookup_by_match[name]
+
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
-             tree_ok: bool = False) -> Plan:
-        """The best round given a lookup proposal of `lookup_tokens` (0: none), whether a draft
-        model is there, whether it has already begun this request (else its prefill is part
-        of this round's cost), and whether the target can verify a tree."""
+             tree_ok: bool = False, lookup_match: int = 0) -> Plan:
+        """The best round given a lookup proposal of `lookup_tokens` (0: none) that followed
+        `lookup_match` matched tokens, whether a draft model is there, whether it has already
+        begun this request (else its prefill is part of this round's cost), and whether the
+        target can verify a tree."""
+        plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok, lookup_match)
+        plan.lookup_match = lookup_match
+        return plan
+
+    def _plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool, tree_ok: bool,
+              lookup_match: int) -> Plan:
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
@@ -149,7 +182,7 @@ class DraftController:
         one, per = self.verify.one_ms, self.verify.per_token_ms
         verify = [max(one + per * (w - 1), 1e-6) for w in range(2 * max_k + 2)]   # self.verify(w) by width
         lookup_k = min(lookup_tokens, max_k)
-        l_sums, l_chains = _cumulative(self.lookup, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
+        l_sums, l_chains = _cumulative(self.lookup_estimate(lookup_match), lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         for k in range(1, lookup_k + 1):
             rate = (1 + l_sums[k]) / verify[k + 1]
@@ -215,7 +248,7 @@ class DraftController:
         if plan.drafter == "model":
             self.model.record(plan.k, drafted, accepted, draft_ms)
         elif plan.drafter == "lookup":
-            self.lookup.record(plan.k, drafted, accepted, draft_ms)
+            self._record_lookup(plan, drafted, accepted, draft_ms)
 
     def record_tree(self, plan: Plan, lookup: tuple[int, int], model: tuple[int, int], width: int,
                     draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
@@ -228,8 +261,13 @@ class DraftController:
         self.verify.record(width, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
-        self.lookup.record(plan.lookup_k, *lookup, 0.0)
+        self._record_lookup(Plan("lookup", plan.lookup_k, 0.0, lookup_match=plan.lookup_match), *lookup, 0.0)
         self.model.record(plan.k, *model, draft_ms)
+
+    def _record_lookup(self, plan: Plan, drafted: int, accepted: int, draft_ms: float) -> None:
+        self.lookup.record(plan.k, drafted, accepted, draft_ms)
+        if lookup_class(plan.lookup_match) is not None:
+            self.lookup_estimate(plan.lookup_match).record(plan.k, drafted, accepted, draft_ms)
 
     def _count(self, plan: Plan) -> None:
         self.rounds += 1
@@ -240,4 +278,5 @@ class DraftController:
     def summary(self) -> dict:
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
                 "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},
-                "lookup": self.lookup.summary(), "model": self.model.summary()}
+                "lookup": self.lookup.summary(), "model": self.model.summary(),
+                "lookup_by_match": {name: est.summary() for name, est in self.lookup_by_match.items()}}

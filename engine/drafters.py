@@ -23,6 +23,7 @@ from .vocab import TokenVocab
 class Draft:
     tokens: list[int]
     q: torch.Tensor | None = None   # [len(tokens), V] draft probabilities, or None
+    match: int = 0   # prompt lookup: how many tokens before the proposal matched (capped at MAX_MATCH)
 
 
 @dataclass
@@ -80,13 +81,14 @@ class NgramDrafter:
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq[-n:]
             for source, end in ((seq, len(seq) - n - 1), *((h, len(h) - n - 1) for h in reversed(self.history))):
-                out = self._follow(source, tail, end, k)
+                out, start = self._follow(source, tail, end, k)
                 if out:
-                    return Draft(out)
+                    return Draft(out, match=n + _matched_before(source, start, seq, n))
         return Draft([])
 
-    def _follow(self, source: list[int], tail: list[int], last_start: int, k: int) -> list[int]:
-        """What follows the latest occurrence of `tail` in source[:last_start + len(tail)]."""
+    def _follow(self, source: list[int], tail: list[int], last_start: int, k: int) -> tuple[list[int], int]:
+        """What follows the latest occurrence of `tail` in source[:last_start + len(tail)], and
+        where that occurrence starts."""
         n, first = len(tail), tail[0]
         for start in range(last_start, -1, -1):
             if source[start] == first and source[start:start + n] == tail:
@@ -96,8 +98,23 @@ class NgramDrafter:
                         break
                     out.append(t)
                 if out:
-                    return out
-        return []
+                    return out, start
+        return [], -1
+
+
+# A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
+# on, the first proposed token is right ~96-100% of the time, against ~30% after 1-4).
+MAX_MATCH = 32
+
+
+def _matched_before(source: list[int], start: int, seq: list[int], n: int) -> int:
+    """How many tokens before the matched n-gram (source[start:start + n] == seq[-n:]) match
+    too, up to MAX_MATCH - n: a long match predicts its continuation far better than a short one."""
+    m = 0
+    while n + m < MAX_MATCH and start - m - 1 >= 0 and len(seq) - n - m - 1 >= 0 \
+            and source[start - m - 1] == seq[len(seq) - n - m - 1]:
+        m += 1
+    return m
 
 
 def _choose(logits: torch.Tensor, sampling: Sampling) -> tuple[int, float, torch.Tensor | None]:

@@ -59,7 +59,8 @@ class DraftMemory:
 
 
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
-               lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False) -> Plan:
+               lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False,
+               lookup_match: int = 0) -> Plan:
     """Which drafter drafts this round, and how many tokens (trees only under the controller)."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
@@ -73,7 +74,8 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
         if drafters.model is not None:
             return Plan("model", k, 0.0)
         return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok)
+    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok,
+                                  lookup_match)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -240,8 +242,9 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     """The round's plan and what it drafted, cut where the answer would already be decided (a
     chain cut by the stop, not by its drafter, counts as asked for that many tokens)."""
     t0 = time.perf_counter()
-    lookup = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling).tokens if d.use_lookup and max_k > 0 else []
-    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok)
+    found = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling) if d.use_lookup and max_k > 0 else Draft([])
+    lookup = found.tokens
+    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match)
     begin_ms = None
     if plan.drafter in ("model", "tree") and not d.model_begun:
         d.model_begun, t_begin = True, time.perf_counter()
@@ -249,19 +252,20 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         begin_ms = (time.perf_counter() - t_begin) * 1000
         t0 += begin_ms / 1000
         if d.drafters.model is None:
-            plan = Plan("lookup", plan.lookup_k, 0.0) if plan.drafter == "tree" else Plan("none", 0, 0.0)
+            plan = Plan("lookup", plan.lookup_k, 0.0, lookup_match=found.match) if plan.drafter == "tree" else Plan("none", 0, 0.0)
     cut = lambda c: _cut_at_stop(c, d, vocab, stop_check, stats)  # noqa: E731
     if plan.drafter == "tree":
         model = _model_draft(d, plan.k, sampling)
         chain_l, chain_m = cut(lookup[:plan.lookup_k]), cut(model.tokens[:plan.k])
         plan = Plan("tree", _asked(plan.k, model.tokens[:plan.k], chain_m), plan.expected_rate,
-                    _asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
+                    _asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l), found.match)
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
         cand = cut(draft.tokens[:plan.k])
-        plan = Plan(plan.drafter, _asked(plan.k, draft.tokens[:plan.k], cand), plan.expected_rate)
+        plan = Plan(plan.drafter, _asked(plan.k, draft.tokens[:plan.k], cand), plan.expected_rate,
+                    lookup_match=found.match)
         prop = Proposal(plan, cand, draft)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop

@@ -414,6 +414,19 @@ class RemoteEngine:
         with self._lock:
             return self.remote.info or self.remote.probe()
 
+    def check(self, tell: Callable[[str, bool], None] | None = None) -> None:
+        """Probe the server now (at start-up) instead of a warm-up completion, which would take
+        a slot's cached prompt on a shared server; a failure is recorded and told as a
+        request's is (`tell(message, is_error)`)."""
+        try:
+            self.ensure_probed()
+        except RemoteError as err:
+            if self.health.failed(err) and tell:
+                tell(str(err), True)
+            return
+        if self.health.worked() and tell:
+            tell(f"remote target {self.settings.base_url} answers again", False)
+
     def generate(self, prompt: InfillPrompt | TextPrompt, settings: GenerationSettings,
                  cancel: threading.Event | None = None, stop_check: StopCheck | None = None,
                  extra: dict | None = None) -> RemoteResult:

@@ -63,13 +63,16 @@ def _end_progress(ls: SpecfillServer, token: Optional[str], message: str) -> Non
 
 def _load_and_warm(settings: Settings, tell=None, status=None) -> backend.Backend:
     """Worker thread: load the models and run one tiny completion so the first real request
-    does not pay for lazy initialisation. `tell(message, is_error)` reports a remote target's
-    failures and recoveries (once per kind) from the worker thread; `status(dict)` gets each
-    change of its status (engine/remote.py Health)."""
+    does not pay for lazy initialisation; a remote target is only probed (a completion would
+    take a slot's cached prompt). `tell(message, is_error)` reports a remote target's failures
+    and recoveries (once per kind) from the worker thread; `status(dict)` gets each change of
+    its status (engine/remote.py Health)."""
     loaded = backend.load_backend(settings)
     loaded.pipeline.on_remote_message = tell
-    if hasattr(loaded.engine, "health"):
+    if hasattr(loaded.engine, "health"):     # a remote target: nothing to warm up here
         loaded.engine.health.listener = status
+        loaded.engine.check(tell)
+        return loaded
     try:
         options = backend.completion_options(settings.replace(maxNewTokens=2))
         req = backend.completion_request("specfill://warmup", "def f(x):\n    return ", 1, 11)

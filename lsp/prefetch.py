@@ -43,8 +43,8 @@ class PrefetchStats:
 
     run: int = 0         # prefetches started on the worker
     ready: int = 0       # finished: their answer is in the completion cache
-    used: int = 0        # requests at a prefetched position (answered from the cache, or waiting
-                         # for the prefetch made for them)
+    used: int = 0        # requests at a prefetched position after it was ready (cache answers)
+    joined: int = 0      # requests at a prefetched position while it still ran (they wait for it)
     cancelled: int = 0   # stopped (queued or mid-decode) by a request elsewhere
     skipped_busy: int = 0   # shown while a request waited or decoded: no prefetch
     skipped_moved: int = 0  # shown after the document had moved away from the suggestion
@@ -159,8 +159,11 @@ class Prefetcher:
         if (key, cursor) == (t.key, (t.line, t.character)) and lf(text) == t.text:
             if not job.used and not job.cancel.is_set():
                 job.used = True
-                self.stats.used += 1
-                log.debug("prefetched answer used at %s %d:%d", key, *cursor)
+                if job.done:
+                    self.stats.used += 1
+                else:
+                    self.stats.joined += 1
+                log.debug("prefetched answer %s at %s %d:%d", "used" if job.done else "joined", key, *cursor)
             return
         self.cancel()
 

@@ -110,8 +110,8 @@ async def test_a_keystroke_elsewhere_stops_the_prefetch_and_gets_its_own_answer(
     change_doc(client, URI, 2, (4, 4), (4, 4), "x")
     answer = items(await inline(client, URI, 4, 5))
     s = await stats(client)
-    grew = {k: s["prefetch"][k] - before["prefetch"][k] for k in ("run", "ready", "used", "cancelled")}
-    assert grew == {"run": 1, "ready": 0, "used": 0, "cancelled": 1}
+    grew = {k: s["prefetch"][k] - before["prefetch"][k] for k in ("run", "ready", "used", "joined", "cancelled")}
+    assert grew == {"run": 1, "ready": 0, "used": 0, "joined": 0, "cancelled": 1}
     # Stopped mid-decode (the engine's cancel), not left to finish.
     assert s["pipeline"]["cancelled"] == before["pipeline"]["cancelled"] + 1
     typed = DOC.replace("def add(a, b):\n    \n", "def add(a, b):\n    x\n")

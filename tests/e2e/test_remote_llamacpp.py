@@ -304,11 +304,17 @@ async def test_language_server_tells_once_answers_empty_and_recovers(remote_lsp,
     lsp_client = remote_lsp
     s = LlamaServer(llama_server_binary, target_gguf).start()
     try:
+        "".join(RemoteTarget(RemoteSettings(url=s.url)).stream(InfillPrompt("def f(x):\n    ", ""),
+                                                                GenerationSettings(max_new_tokens=4)))
+        held = _wait_idle(s)
         await lsp_client.initialize_session(init_params({"targetModel": s.url, "debounceMs": 0,
                                                          "extraTokens": 0, "maxNewTokens": 24}))
         await wait_loaded(lsp_client)
         await wait_until(lambda: lsp_client.statuses, 30, "the status after loading")
         assert [(st["backend"], st["url"], st["state"]) for st in lsp_client.statuses] == [("remote", s.url, "ok")]
+        # starting up probed the server and ran no completion: the slot keeps its cached prompt
+        after = _wait_idle(s)
+        assert (after["id_task"], after["n_prompt_tokens"]) == (held["id_task"], held["n_prompt_tokens"])
         open_doc(lsp_client, URI, DOC)
         lines = DOC.split("\n")
         await inline(lsp_client, URI, 11, len(lines[11]))

@@ -109,3 +109,23 @@ def test_an_unmeasured_draft_model_is_tried_first():
     assert plan.drafter == "model"
     c.record(plan, 4, 2, 3.0, 6.0, begin_ms=20.0)
     assert (c.model.step_ms, c.model.begin_ms) == (0.75, 20.0)
+
+
+def test_a_long_lookup_match_drafts_long_and_a_short_one_does_not():
+    """Lookup proposals keep their acceptance by match length: after a long match the
+    controller drafts the whole proposal, after a one-token match (never right here) it does
+    not draft, from the same lookup drafter in the same session."""
+    from engine.control import Plan, lookup_class
+    c = controller(verify_one=5.0, per_token=1.0)
+    for _ in range(60):
+        c.record(Plan("lookup", 8, 0.0, lookup_match=12), 8, 8, 0.0, 13.0)
+        c.record(Plan("lookup", 8, 0.0, lookup_match=1), 8, 0, 0.0, 13.0)
+    long_plan = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12)
+    short_plan = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=1)
+    assert (long_plan.drafter, long_plan.k, long_plan.lookup_match) == ("lookup", 8, 12)
+    assert short_plan.drafter == "none"
+    by_match = c.summary()["lookup_by_match"]
+    assert by_match[lookup_class(12)]["acceptance_by_position"][0] > 0.9
+    assert by_match[lookup_class(1)]["acceptance_by_position"][0] < 0.1
+    # a proposal of unknown match length plans from the pooled estimate of both
+    assert 0.3 < c.summary()["lookup"]["acceptance_by_position"][0] < 0.7

@@ -57,3 +57,24 @@ def test_a_special_token_ends_the_copy():
 def test_a_match_followed_by_a_special_token_is_skipped_for_an_earlier_one():
     # The latest [1, 2] is followed by 0 (special): the earlier one, followed by 5, is used.
     assert propose([1, 2, 5, 1, 2, 0, 1, 2], k=2, special_ids=frozenset({0})) == [5, 1]
+
+
+def match(seq, k=4, max_ngram=3):
+    drafter = NgramDrafter(max_ngram=max_ngram)
+    return drafter.propose(seq, b"", k, GREEDY).match
+
+
+def test_the_match_counts_every_token_before_the_proposal_that_matched():
+    # [8, 1, 2, 3] occurred before and is the sequence's end: 4 tokens matched, then 4 follows
+    assert match([8, 1, 2, 3, 4, 9, 8, 1, 2, 3]) == 4
+    # only [2, 3] matched ([1, 2, 3] did not occur before: 7 came before the earlier 2, 3)
+    assert match([7, 2, 3, 4, 1, 2, 3]) == 2
+    assert match([1, 2]) == 0                       # nothing proposed, nothing matched
+    assert match([5, 6, 7] * 20) == 32              # capped: as good as any longer match
+
+
+def test_a_match_in_the_remembered_completions_counts_too():
+    drafter = NgramDrafter()
+    drafter.remember([9, 8, 1, 2, 3, 4, 5])
+    draft = drafter.propose([7, 7, 8, 1, 2, 3], b"", 2, GREEDY)
+    assert (draft.tokens, draft.match) == ([4, 5], 4)

@@ -254,3 +254,17 @@ def test_a_failing_listener_does_not_break_a_completion():
         raise RuntimeError("client gone")
     health = Health(url="http://gpu:8080", listener=broken)
     assert health.failed(RemoteError("timeout", "no answer")) is True and health.worked() is True
+
+
+def test_check_at_start_up_probes_and_tells_as_a_request_would(http_server):
+    url, b = http_server
+    told, sent = [], []
+    engine = RemoteEngine(settings(url))
+    engine.health.listener = sent.append
+    b.status = 401
+    engine.check(lambda m, err: told.append((m, err)))
+    assert len(told) == 1 and told[0][1] and "401" in told[0][0] and sent[-1]["kind"] == "auth"
+    b.status = 200
+    engine.check(lambda m, err: told.append((m, err)))
+    assert told[-1] == (f"remote target {url} answers again", False) and sent[-1]["state"] == "ok"
+    assert [path for path, _ in b.bodies] == ["/infill"]     # the probe's refused body, no completion

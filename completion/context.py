@@ -237,7 +237,11 @@ class ExtraContext:
                         and abs(c.start - new.start) < self.chunk_lines)
             if overlaps:
                 continue                       # the same place, newer text
-            if similarity(c.lines, new.lines) > SIMILAR:
+            # Nearly the same text again (a place seen anew, a yank repeated) replaces the older
+            # chunk. Places in two documents both stay: a document's own chunks are never offered
+            # to it, so the other one may be what its prompts need (select keeps one of them).
+            related = c.uri == new.uri or c.start is None or new.start is None
+            if related and similarity(c.lines, new.lines) > SIMILAR:
                 self.evicted_similar += 1
                 continue
             kept.append(c)
@@ -256,12 +260,13 @@ class ExtraContext:
                visible: str = "") -> tuple[ContextChunk, ...]:
         """Newest chunks that fit the budget, oldest first (stable order). Places in
         `exclude_uri` (the document asked about) are left out, and so is text already in
-        `visible` (its window) or already picked; a chunk too big for what is left is cut
-        down around its focus line."""
+        `visible` (its window) or nearly what a newer picked chunk says; a chunk too big for
+        what is left is cut down around its focus line."""
         if budget_tokens <= 0:
             return ()
         picked: list[tuple[int, ContextChunk]] = []
         seen: set[str] = set()
+        kept: list[tuple[str, ...]] = []
         used = 0
         for i in range(len(self._ring) - 1, -1, -1):
             c = self._ring[i]
@@ -270,6 +275,8 @@ class ExtraContext:
             body = "\n".join(c.lines)
             if body in seen or (visible and body.strip() and body.strip() in visible):
                 continue
+            if any(similarity(c.lines, other) > SIMILAR for other in kept):
+                continue   # nearly what a newer chunk already says
             path = uri_to_path(c.uri)
             left = budget_tokens - used - count(path + "\n")
             lines = _fit(c, [count(ln + "\n") for ln in c.lines], left)
@@ -277,6 +284,7 @@ class ExtraContext:
                 continue
             text = "\n".join(lines) + "\n"
             seen.add(body)
+            kept.append(c.lines)
             used += count(path + "\n") + sum(count(ln + "\n") for ln in lines)
             picked.append((i, ContextChunk(path=path, text=text, source=c.source)))
         return tuple(chunk for _, chunk in sorted(picked, key=lambda p: p[0]))

@@ -23,6 +23,12 @@ DISMISSED = "specfill/dismissed"    # went away without any of it accepted
 
 NOTIFICATIONS = {"shown": SHOWN, "accepted": ACCEPTED_PART, "dismissed": DISMISSED}
 
+# Notifications a client sends about where the user works (extra context for completions in
+# other documents, lsp/documents.py). YANKED: {"textDocument": {"uri"}, "text": the text copied};
+# VISITED: {"textDocument": {"uri"}, "position": {"line", "character"}} where the user was.
+YANKED = "specfill/yanked"
+VISITED = "specfill/visited"
+
 # A request: {textDocument: {uri}, position} -> InlineCompletionList of up to `candidates`
 # different suggestions, the greedy one first (what the ghost text shows), the others sampled
 # from the target when asked (for cycling).

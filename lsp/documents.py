@@ -1,5 +1,7 @@
 """Document sync: pygls' incremental sync plus a size limit, tolerance of changes to documents
-that were never opened, and the pipeline told about documents opened and closed.
+that were never opened, and the pipeline told about documents opened, edited (throttled, at the
+edited line), visited and closed, and about text the user yanked (extra context for completions
+in other documents; `extraContextFrom` says which of these count).
 
 The handlers are plain functions on purpose: pygls keeps a never-removed future for every
 generator or async notification handler, which would grow with every keystroke. They replace
@@ -12,15 +14,19 @@ keys its documents by the unquoted URI, and so does every table of the server.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+import math
+import time
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
+from lsp import commands
 from lsp.backend import encodable
 from lsp.pygls_compat import server_of
+from lsp.telemetry import plain
 
 if TYPE_CHECKING:
     from lsp.server import SpecfillServer
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("specfill.documents")
 
 NOTED_AFTER_LOAD = 16   # open documents offered as extra context once models are loaded
+EDIT_NOTE_INTERVAL_S = 1.0   # a document being typed in is noted at most this often
 
 
 def document_key(uri: str) -> str:
@@ -47,7 +54,8 @@ def did_open(ls: SpecfillServer, params: types.DidOpenTextDocumentParams) -> Non
         return
     state.oversized.discard(key)
     ls.workspace.put_text_document(item)
-    note_document(ls, item.uri, item.text)
+    if context_from(ls, "open"):
+        note_document(ls, item.uri, item.text)
 
 
 def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -79,6 +87,9 @@ def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) ->
         ls.workspace.remove_text_document(uri)
         state.oversized.add(key)
         log.warning("%s grew past maxDocumentChars; no completions for it", uri)
+        return
+    if context_from(ls, "edits"):
+        note_edit(ls, key, doc, edited_line(params.content_changes))
 
 
 def did_close(ls: SpecfillServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -91,11 +102,127 @@ def did_close(ls: SpecfillServer, params: types.DidCloseTextDocumentParams) -> N
     cancel = state.inflight.pop(key, None)
     if cancel is not None:
         cancel.set()
+    edit_notes(ls).forget(key)
     # The pipeline knows the document by the URI it was opened with.
     forget_document(ls, doc.uri if doc is not None else uri)
 
 
+def reported(what: str, handler, ls: SpecfillServer, params: Any) -> None:
+    """A malformed report is one warning line; the server goes on."""
+    try:
+        handler(ls, params)
+    except ValueError as exc:
+        log.warning("ignored %s: %s", what, exc)
+
+
+def edited_line(changes) -> int | None:
+    """The line the cursor is on after the last change (None: a whole-text change)."""
+    last = changes[-1] if changes else None
+    if not isinstance(last, types.TextDocumentContentChangePartial):
+        return None
+    return last.range.start.line + last.text.count("\n")
+
+
+class EditNotes:
+    """Which edited documents to note when: the first edit of a burst at once, later ones at
+    most every EDIT_NOTE_INTERVAL_S; an edit left over is noted when the user edits or visits
+    another document, so a chunk holds what was typed last before moving on."""
+
+    def __init__(self) -> None:
+        self._noted_at: dict[str, float] = {}
+        self._pending: dict[str, int | None] = {}
+
+    def edited(self, key: str, line: int | None, now: float) -> bool:
+        """True: note `key` now; False: it waits as pending."""
+        if now - self._noted_at.get(key, -math.inf) >= EDIT_NOTE_INTERVAL_S:
+            self._noted_at[key] = now
+            self._pending.pop(key, None)
+            return True
+        self._pending[key] = line
+        return False
+
+    def take_others(self, key: str, now: float) -> list[tuple[str, int | None]]:
+        """Pending edits of documents other than `key`, now due."""
+        out = [(k, line) for k, line in self._pending.items() if k != key]
+        for k, _ in out:
+            del self._pending[k]
+            self._noted_at[k] = now
+        return out
+
+    def forget(self, key: str) -> None:
+        self._noted_at.pop(key, None)
+        self._pending.pop(key, None)
+
+
+def context_from(ls: SpecfillServer, source: str) -> bool:
+    """Whether the settings take extra context from `source` (open, edits, yanks, visits)."""
+    settings = ls.state.settings
+    return settings.extraTokens > 0 and source in settings.extraContextFrom.split(",")
+
+
+def edit_notes(ls: SpecfillServer) -> EditNotes:
+    return ls.protocol.edit_notes
+
+
+def note_edit(ls: SpecfillServer, key: str, doc, line: int | None) -> None:
+    notes = edit_notes(ls)
+    now = time.monotonic()
+    _note_pending(ls, key, now)
+    if notes.edited(key, line, now):
+        note_document(ls, doc.uri, doc.source, line, "edits")
+
+
+def _note_pending(ls: SpecfillServer, key: str, now: float) -> None:
+    """The user is now in `key`: note the edits still pending in other documents."""
+    for other, line in edit_notes(ls).take_others(key, now):
+        doc = ls.workspace.text_documents.get(other)
+        if doc is not None:
+            note_document(ls, doc.uri, doc.source, line, "edits")
+
+
+def _document_param(ls: SpecfillServer, p: Any):
+    """(uri, the open document or None) named by params {textDocument: {uri}}; ValueError if none."""
+    ident = p.get("textDocument") if isinstance(p, dict) else None
+    uri = ident.get("uri") if isinstance(ident, dict) else None
+    if not isinstance(uri, str):
+        raise ValueError(f"params need textDocument.uri, got {p!r}")
+    return uri, ls.workspace.text_documents.get(document_key(uri))
+
+
+def on_yanked(ls: SpecfillServer, params: Any) -> None:
+    """specfill/yanked {textDocument: {uri}, text}: the user copied `text` from the document."""
+    p = plain(params)
+    if not isinstance(p, dict) or not isinstance(p.get("text"), str):
+        raise ValueError(f"params need text, got {p!r}")
+    uri, doc = _document_param(ls, p)
+    if not context_from(ls, "yanks"):
+        return
+    text = p["text"][:ls.state.settings.maxDocumentChars]
+    loaded = ls.state.backend
+    if loaded is not None:
+        _on_worker(ls, lambda: loaded.pipeline.note_text(doc.uri if doc else uri, encodable(text), "yanks"))
+
+
+def on_visited(ls: SpecfillServer, params: Any) -> None:
+    """specfill/visited {textDocument: {uri}, position: {line}}: the user was at this line (and
+    is leaving it, or has rested there)."""
+    p = plain(params)
+    uri, doc = _document_param(ls, p)
+    position = p.get("position")
+    line = position.get("line") if isinstance(position, dict) else None
+    if isinstance(line, bool) or not isinstance(line, int) or line < 0:
+        raise ValueError(f"params need position.line >= 0, got {p!r}")
+    if doc is None or not context_from(ls, "visits"):
+        return
+    _note_pending(ls, document_key(uri), time.monotonic())
+    note_document(ls, doc.uri, doc.source, line, "visits")
+
+
 class SpecfillProtocol(LanguageServerProtocol):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.edit_notes = EditNotes()   # per server: which edited documents to note when
+
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
         did_open(server_of(self), params)
@@ -107,6 +234,15 @@ class SpecfillProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
         did_close(server_of(self), params)
+
+    # Where the user works (extra context), registered here as plain handlers for the same reason.
+    @lsp_method(commands.YANKED)
+    def specfill_yanked(self, params: Any):
+        reported(commands.YANKED, on_yanked, server_of(self), params)
+
+    @lsp_method(commands.VISITED)
+    def specfill_visited(self, params: Any):
+        reported(commands.VISITED, on_visited, server_of(self), params)
 
 
 def _on_worker(ls: SpecfillServer, job: Callable[[], None]) -> None:
@@ -123,11 +259,13 @@ def _on_worker(ls: SpecfillServer, job: Callable[[], None]) -> None:
         pass
 
 
-def note_document(ls: SpecfillServer, uri: str, text: str) -> None:
-    """Offer a document to the pipeline as extra context for completions in other files."""
+def note_document(ls: SpecfillServer, uri: str, text: str, line: int | None = None,
+                  source: str = "open") -> None:
+    """Offer a document to the pipeline as extra context for completions in other files: a
+    chunk around `line` (None: its first changed line)."""
     loaded = ls.state.backend
     if loaded is not None:
-        _on_worker(ls, lambda: loaded.pipeline.note_document(uri, encodable(text)))
+        _on_worker(ls, lambda: loaded.pipeline.note_document(uri, encodable(text), line, source))
 
 
 def forget_document(ls: SpecfillServer, uri: str) -> None:
@@ -138,6 +276,8 @@ def forget_document(ls: SpecfillServer, uri: str) -> None:
 
 def note_open_documents(ls: SpecfillServer) -> None:
     """After a (re)load the new pipeline knows no documents yet."""
+    if not context_from(ls, "open"):
+        return
     docs = list(ls.workspace.text_documents.values())[-NOTED_AFTER_LOAD:]
     for doc in docs:
         note_document(ls, doc.uri, doc.source)

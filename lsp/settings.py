@@ -123,6 +123,13 @@ class Settings:
     extraTokens: int = _setting(
         256, "Tokens of context taken from other open documents; 0 turns it off.",
         "integer 0-32768", min=0, max=32768)
+    extraContextFrom: str = _setting(
+        "open,edits,yanks,visits", "Where that context comes from (newest first within "
+        "`extraTokens`): `open` (a document's top when opened), `edits` (around its latest edit), "
+        "`yanks` (text you yanked, Neovim), `visits` (around the line you left a file at, and in "
+        "Neovim where the cursor rested).",
+        "comma-separated `open`, `edits`, `yanks`, `visits`",
+        pattern=r"^(open|edits|yanks|visits)(,(open|edits|yanks|visits))*$")
     multiline: str = _setting(
         "auto", "Multi-line completions: `auto` (one line when code follows the cursor), "
         "`always`, or `never` (stop at the end of the line).",

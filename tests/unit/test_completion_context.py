@@ -126,6 +126,17 @@ def test_extra_context_dedups_and_evicts_similar_chunks():
     assert ring.evicted_similar == 1
     texts = [c.text for c in ring.select("file:///p/x.py", 10_000, count)]
     assert texts == ["unrelated = True\nmore = False\n", nearly + "\n"]
+    # The same code at places in two documents: both kept (each may be what the other's
+    # prompts need), only the newer one offered to a third document.
+    copy = "\n".join(f"col_{i} = fetch({i})" for i in range(20))
+    ring.note("file:///p/old.py", copy, line=10, source="visits")
+    ring.note("file:///p/new.py", copy.replace("fetch(3)", "fetch(33)"), line=10, source="edits")
+    assert [u for u, _, _ in ring.chunks()][-2:] == ["file:///p/old.py", "file:///p/new.py"]
+    assert [c.path for c in ring.select("file:///p/x.py", 10_000, count)][-1:] == ["p/new.py"]
+    assert "p/old.py" not in [c.path for c in ring.select("file:///p/x.py", 10_000, count)]
+    assert "p/old.py" in [c.path for c in ring.select("file:///p/new.py", 10_000, count)]
+    ring.forget("file:///p/old.py")
+    ring.forget("file:///p/new.py")
     # Closing a document drops its places, not what was yanked from it.
     ring.forget("file:///p/a.py")
     ring.forget("file:///p/b.py")

@@ -1,6 +1,7 @@
 -- Autocommands: the specfill client's lifecycle (attach, model-loading progress, detach) for
--- the statusline, and the renderer's own editing events.
+-- the statusline, the renderer's own editing events, and where the user works (context.lua).
 local api = vim.api
+local context = require('specfill.context')
 local server = require('specfill.server')
 local status = require('specfill.status')
 
@@ -41,6 +42,7 @@ function M.setup(renderer)
     end,
   })
   renderer.create_autocmds(group)
+  context.create_autocmds(group)
   return group
 end
 

@@ -79,6 +79,11 @@ M.defaults = {
   --   extraTokens = 256
   --       Tokens of context taken from other open documents; 0 turns it off. Allowed: integer
   --       0-32768.
+  --   extraContextFrom = "open,edits,yanks,visits"
+  --       Where that context comes from (newest first within `extraTokens`): `open` (a document's
+  --       top when opened), `edits` (around its latest edit), `yanks` (text you yanked, Neovim),
+  --       `visits` (around the line you left a file at, and in Neovim where the cursor rested).
+  --       Allowed: comma-separated `open`, `edits`, `yanks`, `visits`.
   --   multiline = "auto"
   --       Multi-line completions: `auto` (one line when code follows the cursor), `always`, or
   --       `never` (stop at the end of the line). Allowed: `auto`, `always`, `never`.

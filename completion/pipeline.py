@@ -391,6 +391,9 @@ class CompletionPipeline:
         for k in ("template", "layout", "draft_template", "draft_layout"):
             if k in self.last_stats:
                 out[k] = self.last_stats[k]
+        memory = getattr(self.engine, "memory", None)     # a local engine's drafting controller
+        if memory is not None:
+            out["controller"] = memory.controller.summary()
         return out
 
     def reset_stats(self) -> None:

@@ -220,12 +220,16 @@ def _run(state: "ServerState", request, options, job: Job) -> None:
         stats.run += 1
         state.worker_busy = True
         t0 = time.perf_counter()
+        # specfill.lastCompletion stays the latest request's run (the bench and tests read it
+        # after a request; the editor's shown report may start a prefetch meanwhile).
+        last_request = loaded.pipeline.last_stats
         try:
             loaded.pipeline.complete(request, options, cancel=job.cancel)
         except Exception:   # bad input is the request's to report, not the prefetch's
             log.debug("prefetch failed for %s", request.uri, exc_info=True)
             return
         finally:
+            loaded.pipeline.last_stats = last_request
             state.worker_busy = False
         if not job.cancel.is_set():
             stats.ready += 1

@@ -48,6 +48,11 @@ def engine_work(s: dict) -> int:
     return p["decoded_tokens"] + p["prefill_tokens"] + p["reused_tokens"]
 
 
+async def last_completion(client) -> dict:
+    return await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=commands.LAST_COMPLETION))
+
+
 def suggestion_id(item: types.InlineCompletionItem) -> int:
     return item.command.arguments[0]["id"]
 
@@ -74,10 +79,12 @@ async def test_the_request_after_an_accept_is_answered_from_the_prefetch(client)
     item, (text, line, character) = await shown_suggestion(client, 4, 4)
     before = await stats(client)
     assert before["prefetch"]["run"] == 0 and before["settings"]["prefetch"] is True
+    last_request = await last_completion(client)
 
     client.protocol.notify(commands.SHOWN, {"id": suggestion_id(item)})
     s = await until(client, lambda s: s["prefetch"]["ready"] == 1 and not s["inflight"], "a finished prefetch")
     assert s["prefetch"]["run"] == 1
+    assert await last_completion(client) == last_request   # still the request's own figures
     model_work = engine_work(s)
     assert model_work > engine_work(before)   # the prefetch itself ran the model
 

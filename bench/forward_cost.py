@@ -108,11 +108,17 @@ def exactness(model, factories, context: list[int]) -> float:
 
 
 class CompiledLean:
-    """A lean model whose forward runs under torch.compile (dynamic shapes)."""
+    """A lean model whose forward runs under torch.compile. Shapes are left to dynamo's automatic
+    dynamic mode (a length that changes is made symbolic on the second compile): with
+    dynamic=True, torch 2.13's inductor fails on the Llama forward (a symbolic multiply with
+    three arguments). The forward calls small helpers once per layer, so the recompile limit is
+    raised above the default 8 (else dynamo gives up and runs them eagerly)."""
 
     def __init__(self, lean):
+        import torch._dynamo
+        torch._dynamo.config.recompile_limit = max(64, torch._dynamo.config.recompile_limit)
         self.new_cache = lean.new_cache
-        self.forward = torch.compile(lean.__call__, dynamic=True)
+        self.forward = torch.compile(lean.__call__)
 
     def __call__(self, ids, kv, n_logits):
         return self.forward(ids, kv, n_logits)

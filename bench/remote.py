@@ -88,20 +88,21 @@ async def editor(name: str, client: LspClient, script, time_scale: float) -> dic
         records, fatal = [], f"{type(exc).__name__}: {exc}"
     stats = await client.execute(commands.STATS)
     remote = stats["pipeline"].get("remote") or {}
-    shown_errors = [m["message"] for m in client.messages if m.get("type") == 1]
+    # One failed request is counted once (the remote's failures), though it is also logged and,
+    # the first of its kind, shown; the messages are listed once each.
+    messages = [m["message"] for m in client.messages if m.get("type") == 1]
     lat = [r["latency_ms"] for r in records]
     return {"editor": name, "file": script.name, "requests": len(records),
             "answered": sum(bool(r["text"]) for r in records),
             "remote_runs": sum(bool(r["ran_model"]) for r in records),
             "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
-            "errors": (stats["server"]["errors"] + sum(remote.get("failures", {}).values())
-                       + len(shown_errors) + bool(fatal)),
-            "error_messages": shown_errors + ([fatal] if fatal else []) + ([remote["last_error"]] if remote.get("last_error") else [])}
+            "errors": stats["server"]["errors"] + sum(remote.get("failures", {}).values()) + bool(fatal),
+            "error_messages": [m for m in dict.fromkeys([*messages, fatal, remote.get("last_error", "")]) if m]}
 
 
 async def load_run(url: str, editors: int, files: list[Path], typed_lines: int, time_scale: float,
-                   max_new_tokens: int, env: dict) -> tuple[list[dict], dict]:
-    settings = {**base_settings(url, "none", max_new_tokens), "debounceMs": 0}
+                   max_new_tokens: int, env: dict, read_timeout_ms: int = 30000) -> tuple[list[dict], dict]:
+    settings = {**base_settings(url, "none", max_new_tokens), "debounceMs": 0, "readTimeoutMs": read_timeout_ms}
     # Editor i types file i (round robin), each with its own typist (seed): no two alike.
     scripts = [typing_script(p.name, p.read_text(encoding="utf-8"), typed_lines, seed, EDITOR_DEBOUNCE_MS)
                for seed, p in enumerate(files * (editors // len(files) + 1))][:editors]
@@ -155,6 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-file", type=number(int, 1), default=4, help="end-of-line positions per file")
     ap.add_argument("--max-new-tokens", type=number(int, 1), default=32)
     ap.add_argument("--threads", type=number(int, 1), default=1, help="torch threads of the local server")
+    ap.add_argument("--read-timeout-ms", type=number(int, 1), default=30000,
+                    help="the editors' readTimeoutMs in the load run (the setting's default: 30000)")
     ap.add_argument("--skip-eol", action="store_true", help="only the load run")
     ap.add_argument("--out", type=Path, default=None, help="also write the tables to this file")
     args = ap.parse_args(argv)
@@ -181,7 +184,7 @@ def main(argv=None) -> int:
             print(parts[-1], flush=True)
         t0 = time.perf_counter()
         rows, reuse = asyncio.run(load_run(server.url, args.editors, files, args.typed_lines, args.time_scale,
-                                           args.max_new_tokens, env))
+                                           args.max_new_tokens, env, args.read_timeout_ms))
         parts.append(load_table(rows, reuse, f"(b) Load: {args.editors} editors (each its own specfill serve) "
                                              f"typing {args.typed_lines} lines each at time scale {args.time_scale:g} "
                                              f"into one llama-server with {args.slots or args.editors} slots, "

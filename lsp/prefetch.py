@@ -168,11 +168,11 @@ class Prefetcher:
         self.cancel()
 
     def cancel(self) -> None:
-        job = self.job
+        """Stop the prefetch if it is queued or running (the worker drops it within a step)."""
+        job, self.job = self.job, None
         if job is not None and not job.done and not job.cancel.is_set():
             job.cancel.set()
             self.stats.cancelled += 1
-        self.job = None if job is None or job.done or job.cancel.is_set() else job
 
     # -- the editor showed a suggestion -----------------------------------------------------------
     def on_shown(self, ls: "SpecfillServer", params: Any) -> None:

@@ -124,10 +124,11 @@ class Settings:
         256, "Tokens of context taken from other open documents; 0 turns it off.",
         "integer 0-32768", min=0, max=32768)
     extraContextFrom: str = _setting(
-        "open,edits,yanks,visits", "Where that context comes from (newest first within "
-        "`extraTokens`): `open` (a document's top when opened), `edits` (around its latest edit), "
-        "`yanks` (text you yanked, Neovim), `visits` (around the line you left a file at, and in "
-        "Neovim where the cursor rested).",
+        "open", "Where that context comes from (newest first within `extraTokens`): `open` (a "
+        "document's top when opened), `edits` (around its latest edit), `yanks` (text you yanked, "
+        "Neovim), `visits` (around the line you left a file at, and in Neovim where the cursor "
+        "rested). Only `open` by default: the others changed nothing the shipped pair shows "
+        "(README, extra context); try them with a pair trained on repository context.",
         "comma-separated `open`, `edits`, `yanks`, `visits`",
         pattern=r"^(open|edits|yanks|visits)(,(open|edits|yanks|visits))*$")
     multiline: str = _setting(

@@ -22,7 +22,8 @@ MAIN_URI = "file:///work/app/main.py"
 MAIN = "import util\n\n\ndef run(items):\n    total = 0\n    \n"
 UTIL_URI = "file:///work/app/util.py"
 UTIL = "".join(f"def helper_{i}(x):\n    return x * {i}\n\n" for i in range(60))   # 180 lines
-SETTINGS = {**tiny_options(), "extraTokens": 512, "maxNewTokens": 8}
+SETTINGS = {**tiny_options(), "extraTokens": 512, "maxNewTokens": 8,
+            "extraContextFrom": "open,edits,yanks,visits"}
 
 
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(

@@ -34,7 +34,8 @@ SENT = ("(function() local out = {} for _, s in ipairs(_G.sf_sent) do if s.metho
 def nv():
     tmp = Path(tempfile.mkdtemp(prefix="sfcx"))
     (tmp / "lib.py").write_text(LIB)
-    settings = {**server_settings(), "extraTokens": 512, "maxNewTokens": 8}
+    settings = {**server_settings(), "extraTokens": 512, "maxNewTokens": 8,
+            "extraContextFrom": "open,edits,yanks,visits"}
     editor = Nvim(tmp, {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 30},
                   "main.py")
     try:

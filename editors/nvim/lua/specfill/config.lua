@@ -79,11 +79,13 @@ M.defaults = {
   --   extraTokens = 256
   --       Tokens of context taken from other open documents; 0 turns it off. Allowed: integer
   --       0-32768.
-  --   extraContextFrom = "open,edits,yanks,visits"
+  --   extraContextFrom = "open"
   --       Where that context comes from (newest first within `extraTokens`): `open` (a document's
   --       top when opened), `edits` (around its latest edit), `yanks` (text you yanked, Neovim),
   --       `visits` (around the line you left a file at, and in Neovim where the cursor rested).
-  --       Allowed: comma-separated `open`, `edits`, `yanks`, `visits`.
+  --       Only `open` by default: the others changed nothing the shipped pair shows (README, extra
+  --       context); try them with a pair trained on repository context. Allowed: comma-separated
+  --       `open`, `edits`, `yanks`, `visits`.
   --   multiline = "auto"
   --       Multi-line completions: `auto` (one line when code follows the cursor), `always`, or
   --       `never` (stop at the end of the line). Allowed: `auto`, `always`, `never`.

@@ -190,14 +190,14 @@ async def run(args) -> list[dict]:
     chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = [c for c in chosen if c not in CONFIGS]
     if bad:
-        raise SystemExit(f"python -m bench.context_sources: unknown configuration {bad[0]!r} "
-                         f"(known: {', '.join(CONFIGS)})")
+        raise UsageError(f"--configs: unknown configuration {bad[0]!r} (known: {', '.join(CONFIGS)})")
     settings = {c: {**base, **CONFIGS[c]} for c in chosen}
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if not chosen or not scenarios or set(scenarios) - set(SCENARIOS):
+        raise UsageError(f"--configs/--scenarios: nothing to run or unknown scenario (known: {', '.join(SCENARIOS)})")
     args.out.mkdir(parents=True, exist_ok=True)
     records = []
-    for scenario in [s.strip() for s in args.scenarios.split(",") if s.strip()]:
-        if scenario not in SCENARIOS:
-            raise SystemExit(f"python -m bench.context_sources: unknown scenario {scenario!r}")
+    for scenario in scenarios:
         clients = await start_servers(settings, server_env(args.threads), args.out / "logs")
         try:
             records += await replay(clients, scenario, scripts, texts, args.time_scale)

@@ -10,6 +10,10 @@
 // suggestions offer a word of the file), reads the selected item and the ghost text drawn beside
 // the widget, then Tab (accepts the item; the ghost text stays), Tab again (accepts the ghost
 // text), saves and reads the file back.
+// Scenario `cycle` (specfill.candidates > 1): types the keystroke, reads the suggestion VS Code
+// draws, presses Alt+] (editor.action.inlineSuggest.showNext: VS Code asks again explicitly, the
+// extension asks specfill/alternatives) and reads the next suggestion, presses Alt+[
+// (showPrevious) and reads the one it comes back to, then Tab, saves and reads the file back.
 // Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
 //
 // Environment: E2E_SCENARIO, E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the
@@ -265,6 +269,48 @@ async function selected(page) {
   step('saved');
 }
 
+// Presses Alt+<code> (VS Code's own keybindings for cycling: Alt+] next, Alt+[ previous).
+async function pressAlt(page, code) {
+  await page.keyboard.down('Alt');
+  await page.keyboard.press(code);
+  await page.keyboard.up('Alt');
+}
+
+// Waits until the ghost text satisfies `wanted`, then until it has stopped changing (VS Code
+// draws a multi-line suggestion in steps); returns it.
+async function settledGhost(page, what, wanted) {
+  await waitFor(what, async () => wanted(await ghostSuggestion(page)), 120000, 100);
+  await quiet(page, what, 1000, 60000);
+  return ghostSuggestion(page);
+}
+
+async function cycle(page) {
+  result.first = await settledGhost(page, 'ghost text', (g) => g.trim() !== '');
+  step('first', { suggestion: result.first });
+  await page.screenshot({ path: path.join(out, '2-first.png') });
+  await pressAlt(page, 'BracketRight');
+  step('alt+]');
+  result.next = await settledGhost(page, 'another suggestion after Alt+]', (g) => g.trim() !== '' && g !== result.first);
+  step('next', { suggestion: result.next });
+  await page.screenshot({ path: path.join(out, '3-next.png') });
+  await pressAlt(page, 'BracketLeft');
+  step('alt+[');
+  result.back = await settledGhost(page, 'a suggestion after Alt+[', (g) => g.trim() !== '' && g !== result.next);
+  step('back', { suggestion: result.back });
+  await page.screenshot({ path: path.join(out, '4-back.png') });
+  // Read it as a person would before accepting (and past the extension's SETTLE_MS).
+  await new Promise((r) => setTimeout(r, 1000));
+  result.suggestionAtTab = await ghostSuggestion(page);
+  const file = path.join(env.E2E_WORKSPACE, env.E2E_FILE);
+  const before = fs.readFileSync(file, 'utf8');
+  await page.keyboard.press('Tab');
+  await quiet(page, 'ghost text', 1500, 60000);
+  step('tab');
+  await page.screenshot({ path: path.join(out, '5-accepted.png') });
+  result.fileAfter = await saveAndRead(page, file, before);
+  step('saved');
+}
+
 async function editorText(page) {
   return page.evaluate(() => {
     const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
@@ -366,6 +412,11 @@ async function main() {
     }
     if (env.E2E_SCENARIO === 'selected') {
       await selected(page);
+      result.ok = true;
+      return;
+    }
+    if (env.E2E_SCENARIO === 'cycle') {
+      await cycle(page);
       result.ok = true;
       return;
     }

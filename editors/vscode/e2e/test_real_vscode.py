@@ -3,8 +3,9 @@ with the real specfill server on tiny real models (tests/tiny_models.py, built w
 tests/conftest.py's settings): ghost text after typing, Tab inserts exactly the suggestion that
 was drawn, the status bar reports ready / latency / acceptance of the suggestions VS Code really
 drew, the server's INFO log lines are not errors, the ghost text beside an open IntelliSense menu
-continues its selected item (selectedCompletionInfo), and a server that cannot start says so in
-the status bar and opens its log.
+continues its selected item (selectedCompletionInfo), Alt+] / Alt+[ cycle through the server's
+alternatives (specfill.candidates) and Tab takes the one shown, and a server that cannot start
+says so in the status bar and opens its log.
 
 Part of `python -m pytest -q` once its dependencies are installed (CI installs them and sets
 SPECFILL_VSCODE_E2E=required, so a missing install fails there); skipped with the reason
@@ -259,6 +260,56 @@ def test_ghost_text_beside_intellisense_continues_the_selected_item(vsix, tmp_pa
         assert seen["afterFirstTab"]["text"].rstrip().endswith("return alpha"), seen["afterFirstTab"]
         assert seen["afterFirstTab"]["suggestion"] == continuation, seen["afterFirstTab"]
         assert seen["fileAfter"] == with_item + continuation, (seen["fileAfter"], continuation)
+
+
+def alternatives_answers(log: list[str]) -> list[list[str]]:
+    """The texts of each answer the server sent with two or more items (only specfill/alternatives
+    answers more than one), read from its debug log (pygls logs each message it sends)."""
+    answers = []
+    for line in log:
+        _, found, body = line.partition("Sending data: ")
+        if not found:
+            continue
+        try:
+            message = json.loads(body)
+        except ValueError:
+            continue
+        items = (message.get("result") or {}).get("items") if isinstance(message.get("result"), dict) else None
+        if items and len(items) >= 2:
+            answers.append([item["insertText"] for item in items])
+    return answers
+
+
+def test_alt_brackets_cycle_through_the_servers_alternatives_and_tab_takes_the_shown_one(vsix, tmp_path):
+    settings = {
+        **tiny_pair_settings(),
+        # The greedy suggestion, then up to two exact samples at temperature 1 (the server's
+        # default for samples when `temperature` is 0): at this cursor the tiny pair's samples
+        # are different from it and from each other (300 of 300 seeds, in-process).
+        "specfill.candidates": 3,
+        # pygls logs every message the server sends at this level: the alternatives it answered.
+        "specfill.server.args": ["-m", "lsp", "--log-level", "debug"],
+    }
+    uri = (tmp_path / "ws" / "example.py").as_uri()   # where drive() writes the file
+    greedy = pipeline_answer(settings, uri, FILE_TEXT + TYPED)
+    seen, out = drive(vsix, tmp_path, "cycle", settings, text=FILE_TEXT, E2E_TYPE=TYPED)
+    with folder_on_failure(out):
+        # Typing shows one suggestion: the greedy one.
+        assert seen["first"] == greedy, (seen["first"], greedy)
+        # Alt+] asked the server once for alternatives (VS Code's explicit trigger), which
+        # answered the greedy one first and different others.
+        log = output_channel_lines(out)
+        asked = [line for line in log if "asked for alternatives (specfill/alternatives)" in line]
+        answers = alternatives_answers(log)
+        assert len(asked) == 1 and len(answers) == 1, (asked, answers)
+        texts = answers[0]
+        assert f"{len(texts)} different" in asked[0], (asked, texts)
+        assert len(set(texts)) == len(texts) and texts[0] == greedy, texts
+        # Alt+] shows the next one, Alt+[ comes back to the first.
+        assert seen["next"] == texts[1], (seen["next"], texts)
+        assert seen["back"] == seen["suggestionAtTab"] == greedy, seen
+        # Tab accepts the suggestion shown: the saved file says so.
+        assert seen["fileAfter"] == FILE_TEXT + TYPED + greedy, (seen["fileAfter"], greedy)
 
 
 def test_a_server_that_cannot_start_says_so_in_the_status_bar_and_shows_its_log(vsix, tmp_path):

@@ -10,23 +10,7 @@ import pytest
 
 from bench import context_sources
 from tests.e2e.lsp_helpers import tiny_pair
-
-SMALL = '''"""Temperatures."""
-
-
-def to_celsius(fahrenheit: float) -> float:
-    return (fahrenheit - 32) * 5 / 9
-
-
-def to_fahrenheit(celsius: float) -> float:
-    return celsius * 9 / 5 + 32
-
-
-def describe(celsius: float) -> str:
-    if celsius < 0:
-        return "freezing"
-    return "mild" if celsius < 25 else "hot"
-'''
+from tests.e2e.test_bench import SMALL
 
 
 @pytest.mark.timeout(600)   # includes building the tiny pair when no other test has

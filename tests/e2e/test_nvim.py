@@ -6,6 +6,7 @@ back with `--remote-expr`: the ghost text comes from the plugin's extmarks.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -160,19 +161,30 @@ def server_settings() -> dict:
             "multiline": "always", "debounceMs": 0}
 
 
-@pytest.fixture(scope="module")
-def editor():
-    """One Neovim + server for the module (loading models is the slow part)."""
-    tmp = Path(tempfile.mkdtemp(prefix="sfnv"))  # short: unix socket paths max ~100 chars
-    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": server_settings(),
-             "debounce_ms": 30}
-    nv = Nvim(tmp, setup, "first.py")
+@contextlib.contextmanager
+def attached_nvim(prefix: str, settings: dict, file_name: str, before_setup: str = "",
+                  files: dict[str, str] | None = None):
+    """A real Neovim with the plugin set up (`settings` for a server over stdio), on `file_name`
+    in a new temporary folder where `files` were written first, once the server attached; closed
+    and removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))  # short: unix socket paths max ~100 chars
+    for name, text in (files or {}).items():
+        (tmp / name).write_text(text)
+    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 30}
+    nv = Nvim(tmp, setup, file_name, before_setup=before_setup)
     try:
         nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
         yield nv
     finally:
         nv.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def editor():
+    """One Neovim + server for the module (loading models is the slow part)."""
+    with attached_nvim("sfnv", server_settings(), "first.py") as nv:
+        yield nv
 
 
 @pytest.fixture

@@ -3,14 +3,9 @@ a yank sends specfill/yanked and leaving a buffer sends specfill/visited, and th
 the lines around the visited one reach the prompt of a request in another buffer."""
 from __future__ import annotations
 
-import shutil
-import sys
-import tempfile
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, lua_string, server_settings, server_stats
+from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, attached_nvim, lua_string, server_settings, server_stats
 
 LIB = "".join(f"def helper_{i}(x):\n    return x * {i}\n\n" for i in range(40))   # 120 lines
 
@@ -32,18 +27,10 @@ SENT = ("(function() local out = {} for _, s in ipairs(_G.sf_sent) do if s.metho
 
 @pytest.fixture(scope="module")
 def nv():
-    tmp = Path(tempfile.mkdtemp(prefix="sfcx"))
-    (tmp / "lib.py").write_text(LIB)
     settings = {**server_settings(), "extraTokens": 512, "maxNewTokens": 8,
-            "extraContextFrom": "open,edits,yanks,visits"}
-    editor = Nvim(tmp, {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 30},
-                  "main.py")
-    try:
-        editor.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+                "extraContextFrom": "open,edits,yanks,visits"}
+    with attached_nvim("sfcx", settings, "main.py", files={"lib.py": LIB}) as editor:
         yield editor
-    finally:
-        editor.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def last_completion(nv: Nvim) -> dict:

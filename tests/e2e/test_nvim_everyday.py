@@ -8,14 +8,10 @@ one) mapped before setup(), as a person's init.lua would."""
 from __future__ import annotations
 
 import re
-import shutil
-import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, lua_string, server_settings, type_until_ghost
+from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, attached_nvim, lua_string, server_settings, type_until_ghost
 
 USER_MAPPINGS = """
 vim.keymap.set('i', '<Tab>', function() return 'TAB!' end, { expr = true, desc = 'my tab' })
@@ -25,15 +21,8 @@ vim.keymap.set('i', '<S-Tab>', 'STAB!')
 
 @pytest.fixture(scope="module")
 def editor():
-    tmp = Path(tempfile.mkdtemp(prefix="sfev"))
-    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": server_settings(), "debounce_ms": 30}
-    nv = Nvim(tmp, setup, "first.py", before_setup=USER_MAPPINGS)
-    try:
-        nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+    with attached_nvim("sfev", server_settings(), "first.py", before_setup=USER_MAPPINGS) as nv:
         yield nv
-    finally:
-        nv.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def fresh_buffer(nv: Nvim, name: str) -> None:

@@ -4,28 +4,16 @@ the completion cache with no model run; a word accepted keeps the rest on screen
 the server again."""
 from __future__ import annotations
 
-import shutil
-import sys
-import tempfile
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, lua_string, server_settings, type_until_ghost
+from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, attached_nvim, lua_string, server_settings, type_until_ghost
 from tests.e2e.test_nvim_everyday import fresh_buffer, server_stats
 
 
 @pytest.fixture(scope="module")
 def nvim():
-    tmp = Path(tempfile.mkdtemp(prefix="sfpf"))
-    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": server_settings(), "debounce_ms": 30}
-    nv = Nvim(tmp, setup, "first.py")
-    try:
-        nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+    with attached_nvim("sfpf", server_settings(), "first.py") as nv:
         yield nv
-    finally:
-        nv.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def model_runs(s: dict) -> int:

@@ -24,10 +24,12 @@ hiccup cannot shut drafting off for good.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 MAX_K = 16
 PROBE_EVERY = 48        # rounds without a drafter before it is tried again
+MAX_PROBE_EVERY = 768   # ... doubled after each probe it lost, up to this (a probe costs: the
+                        # draft model's prefill and steps for tokens the target does not take)
 DECAY = 0.97            # weight of older rounds in the acceptance counts (follows the text)
 COST_EMA = 0.1          # weight of a new cost measurement
 MAX_JUMP = 4.0          # a cost measurement counts as at most this many times the current estimate
@@ -129,6 +131,7 @@ class Plan:
     expected_rate: float   # expected new tokens per ms (0 before any cost is known)
     lookup_k: int = 0      # a tree's lookup chain
     lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
+    probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
 
 
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
@@ -152,6 +155,9 @@ class DraftController:
     verify: VerifyCost = field(default_factory=VerifyCost)
     since_model: int = 0     # rounds since each drafter was last used (for probing)
     since_lookup: int = 0
+    # rounds without a drafter before the next probe: PROBE_EVERY, doubled after each probe that
+    # did not win the drafter its place back, reset once the drafter is chosen on its merits
+    probe_every: dict = field(default_factory=lambda: {"model": PROBE_EVERY, "lookup": PROBE_EVERY})
     rounds: int = 0          # rounds measured, over all requests
     rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
     frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
@@ -184,24 +190,33 @@ class DraftController:
         lookup_k = min(lookup_tokens, max_k)
         l_sums, l_chains = _cumulative(self.lookup_estimate(lookup_match), lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
+        best_lookup = None
         for k in range(1, lookup_k + 1):
             rate = (1 + l_sums[k]) / verify[k + 1]
-            if rate > best.expected_rate or (self.since_lookup >= PROBE_EVERY and best.drafter == "none"):
-                best = Plan("lookup", k, rate)
+            if best_lookup is None or rate > best_lookup.expected_rate:
+                best_lookup = Plan("lookup", k, rate)
+        if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
+            best = best_lookup
+        best_model = None
         if has_model:
             begin = 0.0 if model_ready else self.model.begin_ms
             m_sums, m_chains = _cumulative(self.model, max_k)
-            best_model = None
             for k in range(1, max_k + 1):
                 rate = (1 + m_sums[k]) / (begin + k * self.model.step_ms + verify[k + 1])
                 if best_model is None or rate > best_model.expected_rate:
                     best_model = Plan("model", k, rate)
-            if best_model.expected_rate > best.expected_rate or self.since_model >= PROBE_EVERY:
+            if best_model.expected_rate > best.expected_rate:
                 best = best_model
             if tree_ok and lookup_k:
                 tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), verify, begin)
                 if tree.expected_rate > best.expected_rate:
                     best = tree
+        # Now and then a drafter that loses is measured again, so the estimates follow the text.
+        if best.drafter == "none" and best_lookup is not None and self.since_lookup >= self.probe_every["lookup"]:
+            best = replace(best_lookup, probe=True)
+        if best_model is not None and best.drafter not in ("model", "tree") \
+                and self.since_model >= self.probe_every["model"]:
+            best = replace(best_model, probe=True)
         return best
 
     def _best_tree(self, lookup, model, verify: list[float], begin: float) -> Plan:
@@ -272,11 +287,15 @@ class DraftController:
     def _count(self, plan: Plan) -> None:
         self.rounds += 1
         self.rounds_by_kind[plan.drafter] += 1
+        for kind in ("model", "lookup"):
+            if plan.drafter in (kind, "tree"):
+                self.probe_every[kind] = min(MAX_PROBE_EVERY, 2 * self.probe_every[kind]) if plan.probe else PROBE_EVERY
         self.since_model = 0 if plan.drafter in ("model", "tree") else self.since_model + 1
         self.since_lookup = 0 if plan.drafter in ("lookup", "tree") else self.since_lookup + 1
 
     def summary(self) -> dict:
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
+                "probe_every": dict(self.probe_every),
                 "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},
                 "lookup": self.lookup.summary(), "model": self.model.summary(),
                 "lookup_by_match": {name: est.summary() for name, est in self.lookup_by_match.items()}}

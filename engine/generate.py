@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -252,20 +252,20 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         begin_ms = (time.perf_counter() - t_begin) * 1000
         t0 += begin_ms / 1000
         if d.drafters.model is None:
-            plan = Plan("lookup", plan.lookup_k, 0.0, lookup_match=found.match) if plan.drafter == "tree" else Plan("none", 0, 0.0)
+            plan = Plan("lookup", plan.lookup_k, 0.0, lookup_match=found.match, probe=plan.probe) \
+                if plan.drafter == "tree" else Plan("none", 0, 0.0)
     cut = lambda c: _cut_at_stop(c, d, vocab, stop_check, stats)  # noqa: E731
     if plan.drafter == "tree":
         model = _model_draft(d, plan.k, sampling)
         chain_l, chain_m = cut(lookup[:plan.lookup_k]), cut(model.tokens[:plan.k])
-        plan = Plan("tree", _asked(plan.k, model.tokens[:plan.k], chain_m), plan.expected_rate,
-                    _asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l), found.match)
+        plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),
+                       lookup_k=_asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
         cand = cut(draft.tokens[:plan.k])
-        plan = Plan(plan.drafter, _asked(plan.k, draft.tokens[:plan.k], cand), plan.expected_rate,
-                    lookup_match=found.match)
+        plan = replace(plan, k=_asked(plan.k, draft.tokens[:plan.k], cand))
         prop = Proposal(plan, cand, draft)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop

@@ -129,3 +129,33 @@ def test_a_long_lookup_match_drafts_long_and_a_short_one_does_not():
     assert by_match[lookup_class(1)]["acceptance_by_position"][0] < 0.1
     # a proposal of unknown match length plans from the pooled estimate of both
     assert 0.3 < c.summary()["lookup"]["acceptance_by_position"][0] < 0.7
+
+
+def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them():
+    """Each probe the draft model loses doubles the wait before the next one (a probe costs its
+    prefill and steps the target does not take), up to MAX_PROBE_EVERY; once the model is chosen
+    on its merits again, probes come every PROBE_EVERY rounds again."""
+    from engine.control import MAX_PROBE_EVERY
+    c = controller()
+    for _ in range(50):
+        c.model.record(4, 4, 0, 2.0)
+    probes = []
+    for i in range(PROBE_EVERY * 31 + 200):
+        plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+        if plan.drafter == "model":
+            assert plan.probe
+            probes.append(i)
+        c.record(plan, plan.k, 0, 2.0 * plan.k, 4.0)
+    gaps = [b - a - 1 for a, b in zip([-1] + probes, probes)]
+    assert gaps[:5] == [PROBE_EVERY, 2 * PROBE_EVERY, 4 * PROBE_EVERY, 8 * PROBE_EVERY, MAX_PROBE_EVERY]
+    assert c.summary()["probe_every"]["model"] == MAX_PROBE_EVERY
+    # the text changes: the model is right every time now; the next probe finds it out
+    while (plan := c.plan(lookup_tokens=0, has_model=True, max_k=16)).drafter != "model":
+        c.record(plan, 0, 0, 0.0, 4.0)
+    c.record(plan, plan.k, plan.k, 2.0 * plan.k, 4.0 + 0.2 * plan.k)
+    for _ in range(20):     # what the next rounds would measure
+        c.model.record(4, 4, 4, 8.0)
+    plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+    assert plan.drafter == "model" and not plan.probe
+    c.record(plan, plan.k, plan.k, 2.0 * plan.k, 4.0 + 0.2 * plan.k)
+    assert c.probe_every["model"] == PROBE_EVERY

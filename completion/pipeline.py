@@ -181,10 +181,15 @@ class CompletionPipeline:
             self.cache.forget(uri)
 
     def complete(self, req: CompletionRequest, options: CompletionOptions | None = None,
-                 cancel: threading.Event | None = None) -> Completion | None:
+                 cancel: threading.Event | None = None, background: bool = False) -> Completion | None:
+        """The completion at req's cursor. `background`: asked by no one yet (a prefetch): its
+        answer is cached, and the figures of requests (counts, latencies, lastCompletion) leave
+        it out."""
         t0 = time.perf_counter()
         options = options or CompletionOptions()
         cur = parse_document(req.text, req.line, req.character)
+        if background:
+            return self._complete(req, cur, options, cancel, t0, background)
         with self._lock:
             self._stats.requests += 1
         try:
@@ -200,16 +205,16 @@ class CompletionPipeline:
         return out
 
     def _complete(self, req: CompletionRequest, cur: Cursor, options: CompletionOptions,
-                  cancel: threading.Event | None, t0: float) -> Completion | None:
+                  cancel: threading.Event | None, t0: float, background: bool = False) -> Completion | None:
         prefix_text = cur.prefix_text()
         suffix_head = cur.suffix_head(self.cache.head_chars)
         settings = options.cache_key()
         with self._lock:
             hit = self.cache.get(req.uri, prefix_text, suffix_head, settings)
-            if hit is not None:
+            if hit is not None and not background:
                 self._stats.cache_hits += 1
                 self._stats.typed_through += hit.typed_through > 0
-            elif cancel is not None and cancel.is_set():
+            elif hit is None and not background and cancel is not None and cancel.is_set():
                 self._stats.cancelled += 1
         if hit is not None:
             return self._result(cur, hit.text, hit.replace_chars, True, {}) if hit.text else None
@@ -239,8 +244,9 @@ class CompletionPipeline:
         else:
             stats = self._run_stats(req.uri, prompts, result, cleaned)
         with self._lock:
-            self._stats.add_model_run(stats, (time.perf_counter() - t0) * 1000)
-        self.last_stats = stats
+            self._stats.add_model_run(stats, (time.perf_counter() - t0) * 1000, background)
+        if not background:
+            self.last_stats = stats
         if result.stop_reason == "cancelled":
             return None
 

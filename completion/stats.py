@@ -44,13 +44,21 @@ class PipelineStats:
     draft_reused_tokens: int = 0
     prompt_tokens: int = 0
     prompt_shared_tokens: int = 0  # longest common prefix with the previous prompt of the document
+    background_runs: int = 0       # model runs for no request (prefetch): not in requests or latencies
+    background_cancelled: int = 0  # of those, stopped mid-decode (a request came elsewhere)
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
     model_latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
 
-    def add_model_run(self, run: dict, latency_ms: float) -> None:
-        """Count one model run from its stats (the dict a Completion carries)."""
-        self.model_requests += 1
-        self.model_latencies_ms.append(latency_ms)
+    def add_model_run(self, run: dict, latency_ms: float, background: bool = False) -> None:
+        """Count one model run from its stats (the dict a Completion carries). A background run's
+        tokens count (the draft acceptance is the engine's), its latency and cancellation do not."""
+        if background:
+            self.background_runs += 1
+            self.background_cancelled += run["stop_reason"] == "cancelled"
+        else:
+            self.model_requests += 1
+            self.model_latencies_ms.append(latency_ms)
+            self.cancelled += run["stop_reason"] == "cancelled"
         self.drafted += run["drafted"]
         self.accepted += run["accepted"]
         self.new_tokens += run["new_tokens"]
@@ -62,11 +70,11 @@ class PipelineStats:
         self.draft_reused_tokens += run["draft_reused_tokens"]
         self.prompt_tokens += run["prompt_tokens"]
         self.prompt_shared_tokens += run["prompt_shared_tokens"]
-        self.cancelled += run["stop_reason"] == "cancelled"
 
     def summary(self) -> dict:
         return {
             "requests": self.requests, "shown": self.shown, "empty": self.empty,
+            "background_runs": self.background_runs, "background_cancelled": self.background_cancelled,
             "cancelled": self.cancelled, "cache_hits": self.cache_hits,
             "typed_through": self.typed_through, "cache_hit_rate": _ratio(self.cache_hits, self.requests),
             "latency_ms": _percentiles(self.latencies_ms),

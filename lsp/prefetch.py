@@ -38,8 +38,8 @@ KEPT_OFFERS = 64   # suggestion ids remembered until the editor reports them sho
 
 @dataclass
 class PrefetchStats:
-    """`specfill.stats` server.prefetch: what prefetching did (its model runs are also in the
-    pipeline's figures)."""
+    """`specfill.stats` server.prefetch: what prefetching did (the pipeline's figures count its
+    model runs as background_runs, apart from the requests)."""
 
     run: int = 0         # prefetches started on the worker
     ready: int = 0       # finished: their answer is in the completion cache
@@ -220,11 +220,11 @@ def _run(state: "ServerState", request, options, job: Job) -> None:
         stats.run += 1
         state.worker_busy = True
         t0 = time.perf_counter()
-        # specfill.lastCompletion stays the latest request's run (the bench and tests read it
-        # after a request; the editor's shown report may start a prefetch meanwhile).
+        # A background run: the requests' figures leave it out, and specfill.lastCompletion stays
+        # the latest request's run (a remote's failure would otherwise land there).
         last_request = loaded.pipeline.last_stats
         try:
-            loaded.pipeline.complete(request, options, cancel=job.cancel)
+            loaded.pipeline.complete(request, options, cancel=job.cancel, background=True)
         except Exception:   # bad input is the request's to report, not the prefetch's
             log.debug("prefetch failed for %s", request.uri, exc_info=True)
             return

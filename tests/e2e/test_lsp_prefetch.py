@@ -87,6 +87,10 @@ async def test_the_request_after_an_accept_is_answered_from_the_prefetch(client)
     assert await last_completion(client) == last_request   # still the request's own figures
     model_work = engine_work(s)
     assert model_work > engine_work(before)   # the prefetch itself ran the model
+    # ... as a background run: not a request, nor in the requests' latencies
+    p, q = s["pipeline"], before["pipeline"]
+    assert p["background_runs"] == q["background_runs"] + 1
+    assert (p["requests"], p["latency_ms"], p["model_latency_ms"]) == (q["requests"], q["latency_ms"], q["model_latency_ms"])
 
     accept(client, item, 2)
     answer = items(await inline(client, URI, line, character))
@@ -119,8 +123,10 @@ async def test_a_keystroke_elsewhere_stops_the_prefetch_and_gets_its_own_answer(
     s = await stats(client)
     grew = {k: s["prefetch"][k] - before["prefetch"][k] for k in ("run", "ready", "used", "joined", "cancelled")}
     assert grew == {"run": 1, "ready": 0, "used": 0, "joined": 0, "cancelled": 1}
-    # Stopped mid-decode (the engine's cancel), not left to finish.
-    assert s["pipeline"]["cancelled"] == before["pipeline"]["cancelled"] + 1
+    # Stopped mid-decode (the engine's cancel), not left to finish; a background run, so the
+    # requests' own count of cancellations stays as it was.
+    assert s["pipeline"]["background_cancelled"] == before["pipeline"]["background_cancelled"] + 1
+    assert s["pipeline"]["cancelled"] == before["pipeline"]["cancelled"]
     typed = DOC.replace("def add(a, b):\n    \n", "def add(a, b):\n    x\n")
     assert [i.insert_text for i in answer] == [t for t in [reference(URI, typed, 4, 5, **LONG)] if t]
 

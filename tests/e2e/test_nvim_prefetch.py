@@ -17,8 +17,9 @@ def nvim():
 
 
 def model_runs(s: dict) -> int:
-    """Pipeline calls the cache did not answer (prefetches included)."""
-    return s["pipeline"]["requests"] - s["pipeline"]["cache_hits"]
+    """Model runs: requests the cache did not answer, and prefetches (background runs)."""
+    p = s["pipeline"]
+    return p["requests"] - p["cache_hits"] + p["background_runs"]
 
 
 def settled_stats(nv: Nvim, until=lambda s: True) -> dict:

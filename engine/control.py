@@ -263,7 +263,7 @@ class DraftController:
         if plan.drafter == "model":
             self.model.record(plan.k, drafted, accepted, draft_ms)
         elif plan.drafter == "lookup":
-            self._record_lookup(plan, drafted, accepted, draft_ms)
+            self._record_lookup(plan.k, plan.lookup_match, drafted, accepted, draft_ms)
 
     def record_tree(self, plan: Plan, lookup: tuple[int, int], model: tuple[int, int], width: int,
                     draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
@@ -276,13 +276,14 @@ class DraftController:
         self.verify.record(width, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
-        self._record_lookup(Plan("lookup", plan.lookup_k, 0.0, lookup_match=plan.lookup_match), *lookup, 0.0)
+        self._record_lookup(plan.lookup_k, plan.lookup_match, *lookup, 0.0)
         self.model.record(plan.k, *model, draft_ms)
 
-    def _record_lookup(self, plan: Plan, drafted: int, accepted: int, draft_ms: float) -> None:
-        self.lookup.record(plan.k, drafted, accepted, draft_ms)
-        if lookup_class(plan.lookup_match) is not None:
-            self.lookup_estimate(plan.lookup_match).record(plan.k, drafted, accepted, draft_ms)
+    def _record_lookup(self, asked: int, match: int, drafted: int, accepted: int, draft_ms: float) -> None:
+        """A lookup chain counts in the pooled estimate and in its match-length class."""
+        self.lookup.record(asked, drafted, accepted, draft_ms)
+        if lookup_class(match) is not None:
+            self.lookup_estimate(match).record(asked, drafted, accepted, draft_ms)
 
     def _count(self, plan: Plan) -> None:
         self.rounds += 1

@@ -252,7 +252,7 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         begin_ms = (time.perf_counter() - t_begin) * 1000
         t0 += begin_ms / 1000
         if d.drafters.model is None:
-            plan = Plan("lookup", plan.lookup_k, 0.0, lookup_match=found.match, probe=plan.probe) \
+            plan = replace(plan, drafter="lookup", k=plan.lookup_k, lookup_k=0) \
                 if plan.drafter == "tree" else Plan("none", 0, 0.0)
     cut = lambda c: _cut_at_stop(c, d, vocab, stop_check, stats)  # noqa: E731
     if plan.drafter == "tree":

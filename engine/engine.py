@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import threading
 
-from .drafters import ModelDrafter, NgramDrafter, TextDrafter
+from .drafters import ModelDrafter, TextDrafter
+from .lookup import NgramDrafter
 from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
 from .kv import KVPool
 from .models import LoadedModel, ModelLoadError, load_model

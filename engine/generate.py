@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .control import DraftController, Plan
-from .drafters import Draft, Drafter, NgramDrafter, Sampling
+from .drafters import Draft, Drafter, Sampling
+from .lookup import NgramDrafter
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
 from .models import LoadedModel
 from .sampling import target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree

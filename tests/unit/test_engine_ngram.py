@@ -2,7 +2,8 @@
 last n tokens, longest n first, and propose what followed it."""
 import pytest
 
-from engine.drafters import NgramDrafter, Sampling
+from engine.drafters import Sampling
+from engine.lookup import NgramDrafter
 
 GREEDY = Sampling()
 

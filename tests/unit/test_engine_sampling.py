@@ -14,7 +14,8 @@ from tokenizers import Tokenizer, models
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
-from engine.drafters import ModelDrafter, NgramDrafter, TextDrafter
+from engine.drafters import ModelDrafter, TextDrafter
+from engine.lookup import NgramDrafter
 from engine.sampling import target_probs
 from engine.vocab import build_vocab
 from tests.tiny_models import init_sharp, llama_config

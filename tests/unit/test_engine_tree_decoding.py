@@ -10,7 +10,7 @@ import pytest
 
 from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettings, KVPool, speculative_generate
 from engine.control import DraftController, VerifyCost
-from engine.drafters import NgramDrafter
+from engine.lookup import NgramDrafter
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
 from tests.unit.test_engine_sampling import (N_SAMPLES, TEMPERATURE, TOP_K, TOP_P, _chi_square_ok,

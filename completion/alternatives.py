@@ -37,7 +37,8 @@ def sample_once(pipeline: Pipeline, req: CompletionRequest, options: CompletionO
                              temperature=options.temperature, time_budget_ms=options.time_budget_ms,
                              draft_control=options.draft_control)
     result = pipeline.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
-                                      gen, stop_ids=prompts.target.stop_ids, cancel=cancel)
+                                      gen, stop_ids=prompts.target.stop_ids, cancel=cancel,
+                                      lookup_texts=pipeline.lookup_texts(req.uri, cur, options))
     if result.stop_reason == "cancelled":
         return None
     cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)

@@ -193,7 +193,8 @@ class ExtraContext:
         self.max_chunks = max_chunks
         self.chunk_lines = chunk_lines
         self._ring: list[_Chunk] = []                 # oldest first
-        self._last: cachetools.LRUCache = cachetools.LRUCache(max_documents)
+        self._last: OrderedDict[str, list[str]] = OrderedDict()   # uri -> its latest lines, newest last
+        self.max_documents = max_documents
         self.evicted_similar = 0
 
     def note(self, uri: str, text: str, line: int | None = None, source: str = "open") -> None:
@@ -201,8 +202,10 @@ class ExtraContext:
         if not isinstance(text, str) or "\x00" in text or len(text) > MAX_DOCUMENT_CHARS:
             return
         lines = text.replace("\r\n", "\n").split("\n")
-        old = self._last.get(uri)
+        old = self._last.pop(uri, None)
         self._last[uri] = lines
+        if len(self._last) > self.max_documents:
+            self._last.popitem(last=False)
         if line is None:
             if old == lines:
                 return
@@ -251,6 +254,11 @@ class ExtraContext:
     def forget(self, uri: str) -> None:
         self._ring = [c for c in self._ring if c.uri != uri or c.start is None]
         self._last.pop(uri, None)
+
+    def documents(self, exclude_uri: str) -> list[list[str]]:
+        """The latest lines of every document noted (opened, edited, visited) and not closed,
+        newest first, but `exclude_uri`'s."""
+        return [lines for uri, lines in reversed(self._last.items()) if uri != exclude_uri]
 
     def chunks(self) -> list[tuple[str, str, int]]:
         """(uri, source, lines) of every chunk, oldest first (for tests and stats)."""

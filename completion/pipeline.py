@@ -25,6 +25,7 @@ from engine.settings import DRAFT_CONTROLS, GenerationResult, GenerationSettings
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
     from engine.engine import Engine
+    from engine.lookup import LookupText
     from engine.models import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ class CompletionOptions:
     # what this saves: multi-line answers decode to max_new_tokens (or the model's end) and are
     # cut afterwards, single-line ones stop at the newline. The text shown is the same.
     stop_while_decoding: bool = True
+    # Prompt lookup also reads the whole document and the other open documents, not only the
+    # prompt and recent completions (False: only those, to measure what the rest brings).
+    lookup_documents: bool = True
 
     def __post_init__(self):
         self.validate()
@@ -79,8 +83,9 @@ class CompletionOptions:
             bad("draft_length", "expected auto or an integer >= 1")
         if self.draft_control not in DRAFT_CONTROLS:
             bad("draft_control", f"expected one of {', '.join(DRAFT_CONTROLS)}")
-        if not isinstance(self.stop_while_decoding, bool):
-            bad("stop_while_decoding", "expected true or false")
+        for name in ("stop_while_decoding", "lookup_documents"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "expected true or false")
         if self.time_budget_ms is not None and (not isinstance(self.time_budget_ms, (int, float))
                                                 or self.time_budget_ms <= 0):
             bad("time_budget_ms", "expected a positive number or None")
@@ -235,7 +240,8 @@ class CompletionPipeline:
         else:
             prompts = self.build_prompts(req.uri, cur, options)
             result = self.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
-                                          gen, stop_ids=prompts.target.stop_ids, cancel=cancel, stop_check=stop_check)
+                                          gen, stop_ids=prompts.target.stop_ids, cancel=cancel, stop_check=stop_check,
+                                          lookup_texts=self.lookup_texts(req.uri, cur, options))
         cleaned = None
         if result.stop_reason != "cancelled":
             cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
@@ -321,6 +327,17 @@ class CompletionPipeline:
         described.update(template=family, layout=layout)
         return TextPrompt(text, rp.stop_strings(family)), described
 
+    def lookup_texts(self, uri: str, cur: Cursor, options: CompletionOptions) -> list[LookupText]:
+        """What prompt lookup reads besides the prompt: the document, split at the cursor, and
+        the other open documents, newest first (none when `lookup_documents` is off)."""
+        from engine.lookup import LookupText
+
+        if not options.lookup_documents:
+            return []
+        with self._lock:
+            others = self.extra.documents(exclude_uri=uri)
+        return [LookupText(cur.lines, (cur.line, cur.character)), *(LookupText(lines) for lines in others)]
+
     def build_prompts(self, uri: str, cur: Cursor, options: CompletionOptions) -> Prompts:
         """The target's prompt, and how to build the draft's own (its template, window and
         context length)."""
@@ -354,6 +371,9 @@ class CompletionPipeline:
                      extra_context=[{"path": c.path, "source": getattr(c, "source", "open"), "text": c.text}
                                     for c in prompts.extra],
                      raw_text=result.text)
+        lookup = self.engine.lookup_stats()
+        if lookup is not None:
+            stats["lookup"] = lookup
         return stats
 
     def _prompt(self, template: FimTemplate, model: LoadedModel, uri: str, cur: Cursor, options: CompletionOptions,

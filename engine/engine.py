@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 from .drafters import ModelDrafter, TextDrafter
-from .lookup import NgramDrafter
+from .lookup import BlockIndex, LookupText, NgramDrafter
 from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
 from .kv import KVPool
 from .models import LoadedModel, ModelLoadError, load_model
@@ -27,7 +28,9 @@ class Engine:
         self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean)
         self.draft: LoadedModel | None = None
         self.memory = DraftMemory()
-        lookup = NgramDrafter(special_ids=self.target.vocab.special_ids)
+        vocab = self.target.vocab
+        lookup = NgramDrafter(special_ids=vocab.special_ids,
+                              index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix))
         if config.draft == "none":
             self.drafters = Drafters()
         elif config.draft == "ngram":
@@ -43,6 +46,15 @@ class Engine:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
             self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)
 
+    def _lookup_used(self, settings: GenerationSettings) -> bool:
+        # The old +2/-1 rule drafts with the model alone when there is one.
+        heuristic = settings.draft_length == "auto" and settings.draft_control == "heuristic"
+        return not (heuristic and self.drafters.model is not None)
+
+    def lookup_stats(self) -> dict | None:
+        """The latest generate's prompt lookup (NgramDrafter.summary); None without lookup."""
+        return self.drafters.lookup.summary() if self.drafters.lookup is not None else None
+
     def clear_caches(self) -> None:
         self.pool.clear()
         for drafter in (self.drafters.lookup, self.drafters.model):
@@ -51,10 +63,15 @@ class Engine:
 
     def generate(self, target_ids: list[int], draft_ids: DraftPrompt = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
-                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None) -> GenerationResult:
+                 cancel: threading.Event | None = None, stop_check: StopCheck | None = None,
+                 lookup_texts: Sequence[LookupText] = ()) -> GenerationResult:
+        """`lookup_texts`: text prompt lookup reads besides the prompt and recent completions
+        (the document being completed, with its cursor, then other open documents)."""
         settings = settings or GenerationSettings()
         if not self.config.kv_reuse:
             self.clear_caches()
+        if self.drafters.lookup is not None:
+            self.drafters.lookup.read(lookup_texts if self._lookup_used(settings) else ())
         return speculative_generate(self.target, self.pool, self.drafters, list(target_ids),
                                     settings, self.memory, stop_ids=stop_ids,
                                     draft_prompt=list(draft_ids) if isinstance(draft_ids, (list, tuple)) else draft_ids,

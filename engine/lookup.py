@@ -1,23 +1,305 @@
 """Prompt lookup: a drafter with no model. It copies what followed an earlier occurrence of the
-last few tokens, in the request's own ids or in recent completions."""
+last few tokens: in the request's own ids, in recent completions, and in the text of the
+document and of other open documents beyond the prompt's window.
+
+Those texts are cut into blocks of lines (`line_blocks`), each tokenized with the target's
+tokenizer and indexed once (`Block`: the last LONG_NGRAM and SHORT_NGRAM ids -> the latest
+position they end at), cached by the block's text (`BlockIndex`), so a keystroke re-tokenizes
+only the block it touched. Each round looks the sequence's tail up in every block of the request
+(`Corpus`) and keeps the occurrence that matches the most tokens before it: the match length is
+what tells the controller how far to trust a proposal (engine/control.py).
+"""
 from __future__ import annotations
 
-from collections import deque
+import time
+from array import array
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from .drafters import Draft
 
+# A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
+# on, the first proposed token is right ~96-100% of the time, against ~30% after 1-4).
+MAX_MATCH = 32
+
+# Blocks are looked up by their last SHORT_NGRAM and LONG_NGRAM ids: the long key finds a long
+# match at once, the short one the rest. Shorter matches in other text are not looked for: in
+# the prompt one to three tokens may find the place being written, elsewhere they find noise.
+SHORT_NGRAM = 4
+LONG_NGRAM = 8
+
+# Blocks end at a blank line once they have BLOCK_MIN_LINES lines, and at BLOCK_MAX_LINES lines
+# in any case: cut where the code is, an edit moves no boundary beyond the next blank line.
+BLOCK_MIN_LINES = 8
+BLOCK_MAX_LINES = 48
+MAX_LINE_CHARS = 2000            # longer lines are data, not code: never read
+WINDOW_LINES = 4000              # lines read on each side of the cursor (and of another document)
+MAX_REQUEST_TOKENS = 32768       # tokens looked up per request, blocks nearest the cursor first
+MAX_NEW_TOKENS = 8192            # tokens tokenized per request: a new large file fills in over requests
+MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least recently used go)
+
+
+@dataclass(frozen=True)
+class LookupText:
+    """A text prompt lookup reads besides the request's own ids: its lines (LF, no line ends),
+    and for the document being completed the cursor, where it is read as two texts: the text
+    after the cursor is never proposed as what follows the text before it."""
+    lines: Sequence[str]
+    cursor: tuple[int, int] | None = None     # (line, character): the document being completed
+
+
+def line_blocks(lines: Sequence[str], start: int = 0, end: int | None = None) -> list[str]:
+    """lines[start:end] as block texts, each line with its "\\n" but the list's last line, cut
+    after a blank line once a block has BLOCK_MIN_LINES lines, at BLOCK_MAX_LINES lines, and
+    around over-long lines (left out)."""
+    end = len(lines) if end is None else end
+    blocks: list[str] = []
+    first = start
+    for i in range(start, end):
+        line = lines[i]
+        if len(line) > MAX_LINE_CHARS:
+            if first < i:
+                blocks.append("\n".join(lines[first:i]) + "\n")
+            first = i + 1
+            continue
+        n = i - first + 1
+        if n >= BLOCK_MAX_LINES or (n >= BLOCK_MIN_LINES and not line.strip()):
+            blocks.append("\n".join(lines[first:i + 1]) + ("\n" if i + 1 < len(lines) else ""))
+            first = i + 1
+    if first < end:
+        blocks.append("\n".join(lines[first:end]) + ("\n" if end < len(lines) else ""))
+    return [b for b in blocks if b.strip()]
+
+
+class Block:
+    """One block's target ids, and where each n-gram of them last ends (n = SHORT_NGRAM and
+    LONG_NGRAM; keys are hashes, checked against the ids when used)."""
+    __slots__ = ("ids", "short", "long")
+
+    def __init__(self, ids: list[int]):
+        self.ids = array("i", ids)
+        self.short = _last_ends(ids, SHORT_NGRAM)
+        self.long = _last_ends(ids, LONG_NGRAM)
+
+
+def _last_ends(ids: list[int], n: int) -> dict[int, int]:
+    # The block's last token is never a key's end: a key needs a continuation in its own block
+    # (this is also why the text before the cursor never proposes the text after it).
+    out: dict[int, int] = {}
+    for i in range(n - 1, len(ids) - 1):
+        out[hash(tuple(ids[i - n + 1:i + 1]))] = i
+    return out
+
+
+@dataclass
+class IndexStats:
+    blocks_tokenized: int = 0       # blocks tokenized and indexed (cache misses)
+    tokens_tokenized: int = 0
+    last_ms: float = 0.0            # building the latest request's corpus
+
+
+class BlockIndex:
+    """Block text -> Block, least recently used dropped past `max_cached_tokens`. `encode` is
+    the target's tokenizer on plain text."""
+
+    def __init__(self, encode, dummy_prefix: bool = False, max_cached_tokens: int = MAX_CACHED_TOKENS):
+        self._encode = encode
+        self._marker = encode("\n") if dummy_prefix else None
+        self.max_cached_tokens = max_cached_tokens
+        self._blocks: OrderedDict[str, Block] = OrderedDict()
+        self.cached_tokens = 0
+        self.stats = IndexStats()
+
+    def encode_block(self, text: str) -> list[int]:
+        """A block's ids as they come in the middle of a text: a tokenizer with a SentencePiece
+        dummy prefix would put a space in front of a block's first word, so the block is
+        encoded behind a newline, whose ids are then dropped."""
+        if self._marker is None:
+            return self._encode(text)
+        ids = self._encode("\n" + text)
+        n = len(self._marker)
+        return ids[n:] if ids[:n] == self._marker else self._encode(text)
+
+    def block(self, text: str, build: bool = True) -> Block | None:
+        """The block of `text`, tokenized and indexed now if it is not cached and `build`."""
+        found = self._blocks.get(text)
+        if found is not None:
+            self._blocks.move_to_end(text)
+            return found
+        if not build:
+            return None
+        found = self._blocks[text] = Block(self.encode_block(text))
+        n = len(found.ids)
+        self.stats.blocks_tokenized += 1
+        self.stats.tokens_tokenized += n
+        self.cached_tokens += n
+        while self.cached_tokens > self.max_cached_tokens and len(self._blocks) > 1:
+            _, old = self._blocks.popitem(last=False)
+            self.cached_tokens -= len(old.ids)
+        return found
+
+    def corpus(self, texts: Sequence[LookupText], max_tokens: int = MAX_REQUEST_TOKENS,
+               max_new_tokens: int = MAX_NEW_TOKENS) -> "Corpus":
+        """The blocks of `texts` (the document being completed first, then others, newest
+        first), nearest the cursor first, up to `max_tokens` tokens, of which up to about
+        `max_new_tokens` tokenized now (blocks not cached beyond that wait for later requests)."""
+        t0 = time.perf_counter()
+        corpus = Corpus.of(self, _segments(texts), max_tokens, max_new_tokens)
+        self.stats.last_ms = (time.perf_counter() - t0) * 1000
+        return corpus
+
+
+@dataclass
+class Segment:
+    """A contiguous text as its block texts, in document order: a continuation runs on into the next."""
+    source: str              # "document" (the one being completed) or "open documents"
+    texts: list[str]
+    nearest_last: bool = False   # the document before the cursor: its last block is the nearest
+
+
+def _segments(texts: Sequence[LookupText]) -> list[Segment]:
+    out = []
+    for t in texts:
+        lines = t.lines
+        if t.cursor is None:
+            out.append(Segment("open documents", line_blocks(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
+            continue
+        line, char = t.cursor
+        if not 0 <= line < len(lines):
+            continue
+        before = [*lines[max(0, line - WINDOW_LINES):line], lines[line][:char]]
+        after = [lines[line][char:], *lines[line + 1:line + 1 + WINDOW_LINES]]
+        out += [Segment("document", line_blocks(before), nearest_last=True), Segment("document", line_blocks(after))]
+    return out
+
+
+def _reading_order(segments: list[Segment]) -> list[tuple[int, int]]:
+    """(segment, block) pairs, nearest first: the document's two sides take turns block by block
+    from the cursor, then the other documents from their tops, newest document first."""
+    sides = [[(s, i) for i in (reversed(range(len(seg.texts))) if seg.nearest_last else range(len(seg.texts)))]
+             for s, seg in enumerate(segments) if seg.source == "document"]
+    order = []
+    for turn in range(max(map(len, sides), default=0)):
+        order += [side[turn] for side in sides if turn < len(side)]
+    return order + [(s, i) for s, seg in enumerate(segments) if seg.source != "document" for i in range(len(seg.texts))]
+
+
+@dataclass
+class Found:
+    tokens: list[int]
+    match: int
+    source: str
+
+
+@dataclass
+class Corpus:
+    """The blocks one request looks up, in reading priority (the first wins among equal matches)."""
+    blocks: list[Block] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    next_in_text: list[int] = field(default_factory=list)   # the block its text goes on with, or -1
+    tokens: int = 0
+    shorts: list[dict] = field(default_factory=list)          # each block's tables, for the lookup loop
+    longs: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, index: BlockIndex, segments: list[Segment], max_tokens: int, max_new_tokens: int) -> "Corpus":
+        """Blocks in reading order, from the cache or tokenized now, until `max_tokens`."""
+        corpus, placed, new0 = cls(), {}, index.stats.tokens_tokenized
+        for s, i in _reading_order(segments):
+            if corpus.tokens >= max_tokens:
+                break
+            text = segments[s].texts[i]
+            if "\x00" in text:
+                continue
+            block = index.block(text, build=index.stats.tokens_tokenized - new0 < max_new_tokens)
+            if block is None:
+                continue
+            placed[(s, i)] = len(corpus.blocks)
+            corpus.blocks.append(block)
+            corpus.sources.append(segments[s].source)
+            corpus.tokens += len(block.ids)
+        corpus.shorts, corpus.longs = [b.short for b in corpus.blocks], [b.long for b in corpus.blocks]
+        corpus.next_in_text = [-1] * len(corpus.blocks)
+        for (s, i), at in placed.items():
+            corpus.next_in_text[at] = placed.get((s, i + 1), -1)
+        return corpus
+
+    def find(self, seq: list[int], k: int, better_than: int, special_ids: frozenset) -> Found | None:
+        """The occurrence of seq's tail that matches the most tokens (more than `better_than`),
+        the first in reading priority among equals, and up to k ids that follow it."""
+        best: Found | None = None
+        for n, tables in ((LONG_NGRAM, self.longs), (SHORT_NGRAM, self.shorts)):
+            if best is not None:
+                break    # without a long key's hit in a block, nothing there matches LONG_NGRAM ids
+            if len(seq) < n or (n < LONG_NGRAM and better_than >= LONG_NGRAM - 1):
+                continue
+            key = hash(tuple(seq[-n:]))
+            for b, table in enumerate(tables):
+                end = table.get(key)
+                if end is None:
+                    continue
+                m = _match_len(self.blocks[b].ids, end, seq)
+                if m < n or m <= better_than or (best is not None and m <= best.match):
+                    continue
+                out = self._follow(b, end + 1, k, special_ids)
+                if out:
+                    best = Found(out, m, self.sources[b])
+                    if m >= MAX_MATCH:
+                        return best
+        return best
+
+    def _follow(self, b: int, start: int, k: int, special_ids: frozenset) -> list[int]:
+        out: list[int] = []
+        while b >= 0 and len(out) < k:
+            for t in self.blocks[b].ids[start:start + k - len(out)]:
+                if t in special_ids:
+                    return out
+                out.append(t)
+            b, start = self.next_in_text[b], 0
+        return out
+
+
+def _match_len(ids, end: int, seq: list[int]) -> int:
+    """How many tokens ending at ids[end] equal seq's last ones (up to MAX_MATCH)."""
+    m, n = 0, len(seq)
+    while m < MAX_MATCH and end - m >= 0 and m < n and ids[end - m] == seq[n - 1 - m]:
+        m += 1
+    return m
+
+
+@dataclass
+class LookupStats:
+    """What one request's lookup proposed, by where it found it, and how much of it the target
+    wrote too (whether or not the controller drafted it)."""
+    proposed: dict = field(default_factory=dict)    # source -> proposals
+    tokens: dict = field(default_factory=dict)      # source -> tokens proposed
+    agreed: dict = field(default_factory=dict)      # source -> of those, the target wrote
+
+    def as_dict(self) -> dict:
+        return {"proposed": dict(self.proposed), "tokens": dict(self.tokens), "agreed": dict(self.agreed)}
+
 
 class NgramDrafter:
-    """Prompt lookup: find the latest earlier occurrence of the last n tokens, copy what followed.
-    Searches the request's own ids first, then the last few completions (`remember`): what was
-    just suggested is often what gets typed and asked for again."""
+    """Prompt lookup: find an earlier occurrence of the last tokens, copy what followed.
+    Searches the request's own ids first (the latest occurrence of the last 3, 2 or 1 ids), then
+    the last few completions (`remember`: what was just suggested is often what gets typed and
+    asked for again), then the blocks of the texts given by `read` (the document beyond the
+    prompt, other open documents), where an occurrence must match SHORT_NGRAM ids or more. The
+    proposal that matched the most tokens before it wins; the nearer one among equals."""
     kind = "ngram"
     draft_calls = 0
 
-    def __init__(self, max_ngram: int = 3, special_ids=frozenset(), history: int = 8):
+    def __init__(self, max_ngram: int = 3, special_ids=frozenset(), history: int = 8,
+                 index: BlockIndex | None = None):
         self.max_ngram = max_ngram
         self.special_ids = special_ids
         self.history: deque[list[int]] = deque(maxlen=history)
+        self.index = index
+        self.corpus = Corpus()
+        self.stats = LookupStats()
+        self._last: tuple[str, int, list[int]] | None = None   # (source, where in seq it starts, tokens)
+        self._prompt_len: int | None = None     # the request's prompt, seen at its first proposal
 
     def begin(self, target_prompt, draft_prompt=None) -> tuple[int, int]:
         return (0, 0)
@@ -26,20 +308,68 @@ class NgramDrafter:
         return 0.0
 
     def clear(self) -> None:
+        # The block index stays: it holds tokenized text, not model state.
         self.history.clear()
 
+    def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
+        """The texts the next request looks up besides its own ids (none: only those)."""
+        self.stats, self._last, self._prompt_len = LookupStats(), None, None
+        self.corpus = self.index.corpus(texts, max_tokens) if texts and self.index is not None else Corpus()
+
+    def summary(self) -> dict:
+        """The latest request's lookup: proposals, tokens proposed and tokens the target wrote
+        too, by where they were found; the blocks and tokens it read beyond the prompt and the
+        time that took; blocks tokenized since the start (cache misses)."""
+        out = self.stats.as_dict()
+        if self.index is not None:
+            s = self.index.stats
+            out.update(blocks=len(self.corpus.blocks), block_tokens=self.corpus.tokens,
+                       read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
+                       blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens)
+        return out
+
     def remember(self, completion: list[int]) -> None:
+        if self._last is not None and self._prompt_len is not None:
+            source, at, tokens = self._last
+            self._score(source, completion[at - self._prompt_len:], tokens)
+        self._last, self._prompt_len = None, None
         if len(completion) > self.max_ngram:
             self.history.append(list(completion))
 
     def propose(self, seq, generated, k, sampling) -> Draft:
+        if self._prompt_len is None:
+            self._prompt_len = len(seq)
+        if self._last is not None:    # how much of the previous proposal the target wrote
+            source, at, tokens = self._last
+            self._score(source, seq[at:], tokens)
+        found = self._near(seq, k)
+        if self.corpus.blocks and k > 0 and (found is None or found.match < MAX_MATCH):
+            far = self.corpus.find(seq, k, found.match if found else 0, self.special_ids)
+            found = far or found
+        if found is None:
+            self._last = None
+            return Draft([])
+        s = self.stats
+        s.proposed[found.source] = s.proposed.get(found.source, 0) + 1
+        s.tokens[found.source] = s.tokens.get(found.source, 0) + len(found.tokens)
+        self._last = (found.source, len(seq), found.tokens)
+        return Draft(found.tokens, match=found.match)
+
+    def _score(self, source: str, written: Sequence[int], tokens: list[int]) -> None:
+        n = 0
+        while n < len(tokens) and n < len(written) and written[n] == tokens[n]:
+            n += 1
+        self.stats.agreed[source] = self.stats.agreed.get(source, 0) + n
+
+    def _near(self, seq: list[int], k: int) -> Found | None:
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq[-n:]
-            for source, end in ((seq, len(seq) - n - 1), *((h, len(h) - n - 1) for h in reversed(self.history))):
+            for name, source, end in (("prompt", seq, len(seq) - n - 1),
+                                      *(("completions", h, len(h) - n - 1) for h in reversed(self.history))):
                 out, start = self._follow(source, tail, end, k)
                 if out:
-                    return Draft(out, match=n + _matched_before(source, start, seq, n))
-        return Draft([])
+                    return Found(out, n + _matched_before(source, start, seq, n), name)
+        return None
 
     def _follow(self, source: list[int], tail: list[int], last_start: int, k: int) -> tuple[list[int], int]:
         """What follows the latest occurrence of `tail` in source[:last_start + len(tail)], and
@@ -55,11 +385,6 @@ class NgramDrafter:
                 if out:
                     return out, start
         return [], -1
-
-
-# A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
-# on, the first proposed token is right ~96-100% of the time, against ~30% after 1-4).
-MAX_MATCH = 32
 
 
 def _matched_before(source: list[int], start: int, seq: list[int], n: int) -> int:

@@ -87,7 +87,8 @@ def completion_options(settings: Settings) -> CompletionOptions:
         multiline=settings.multiline, max_lines=settings.maxLines,
         max_new_tokens=settings.maxNewTokens, temperature=settings.temperature,
         draft_length=settings.draftLength, time_budget_ms=settings.timeBudgetMs or None,
-        stop_while_decoding=settings.stopWhileDecoding, draft_control=settings.draftControl)
+        stop_while_decoding=settings.stopWhileDecoding, draft_control=settings.draftControl,
+        lookup_documents=settings.lookupDocuments)
 
 
 def completion_request(uri: str, text: str, line: int, character: int) -> CompletionRequest:

@@ -84,8 +84,9 @@ class Settings:
         "round, -1 after a rejection; kept to compare against).", _quoted(DRAFT_CONTROLS),
         choices=DRAFT_CONTROLS)
     promptLookup: bool = _setting(
-        True, "Draft from the text itself too (the document, the prompt, recent completions) "
-        "beside a draft model; the controller uses whichever pays.", "true or false")
+        True, "Draft from the text itself too (the prompt, recent completions, the whole document "
+        "and the other open documents) beside a draft model; the controller uses whichever pays.",
+        "true or false")
     maxNewTokens: int = _setting(64, "Most tokens generated for one completion.",
                                  "integer 1-1024", min=1, max=1024)
     maxLines: int = _setting(8, "Most lines in one multi-line completion.",
@@ -149,6 +150,11 @@ class Settings:
     kvReuse: bool = _setting(
         True, "Keep the models' KV caches between requests, so a keystroke recomputes only the "
         "changed end of the prompt; off only to measure what reuse saves.", "true or false")
+    lookupDocuments: bool = _setting(
+        True, "Prompt lookup (`draftModel: ngram`, or `promptLookup`) reads the whole document and "
+        "the other open documents too, not only the prompt and recent completions (their text "
+        "tokenized in blocks of lines, cached, so a keystroke re-reads one block); off only to "
+        "measure what that brings.", "true or false")
     stopWhileDecoding: bool = _setting(
         True, "Stop decoding the moment the answer is decided (its last line is complete, a line "
         "dedents, repeats the code below or loops), so a multi-line answer costs only what is "

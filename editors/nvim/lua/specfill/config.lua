@@ -41,8 +41,9 @@ M.defaults = {
   --       above) or `heuristic` (the draft model alone, +2 tokens after a fully accepted round, -1
   --       after a rejection; kept to compare against). Allowed: `cost`, `heuristic`.
   --   promptLookup = true
-  --       Draft from the text itself too (the document, the prompt, recent completions) beside a
-  --       draft model; the controller uses whichever pays. Allowed: true or false.
+  --       Draft from the text itself too (the prompt, recent completions, the whole document and
+  --       the other open documents) beside a draft model; the controller uses whichever pays.
+  --       Allowed: true or false.
   --   maxNewTokens = 64
   --       Most tokens generated for one completion. Allowed: integer 1-1024.
   --   maxLines = 8
@@ -102,6 +103,11 @@ M.defaults = {
   --   kvReuse = true
   --       Keep the models' KV caches between requests, so a keystroke recomputes only the changed
   --       end of the prompt; off only to measure what reuse saves. Allowed: true or false.
+  --   lookupDocuments = true
+  --       Prompt lookup (`draftModel: ngram`, or `promptLookup`) reads the whole document and the
+  --       other open documents too, not only the prompt and recent completions (their text
+  --       tokenized in blocks of lines, cached, so a keystroke re-reads one block); off only to
+  --       measure what that brings. Allowed: true or false.
   --   stopWhileDecoding = true
   --       Stop decoding the moment the answer is decided (its last line is complete, a line
   --       dedents, repeats the code below or loops), so a multi-line answer costs only what is

@@ -1,0 +1,268 @@
+"""Prompt lookup over the whole document and the other open documents (engine/lookup.py): block
+texts tokenized by a real tokenizer and cached by their text, the longest match wins, and
+proposals from far outside the prompt's window are drafted and verified by the shipped target."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from bench.end_of_line import end_of_line_cursors
+from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
+from engine import Engine, EngineConfig
+from engine import lookup as lk
+from engine.drafters import Sampling
+from engine.lookup import BlockIndex, LookupText, NgramDrafter, line_blocks
+from engine.vocab import build_vocab
+from tests.completion_fixtures import llama_style_tokenizer
+
+TARGET = Path(__file__).resolve().parents[2] / "engine" / "default_pair" / "target"
+URI = "file:///work/demo/shapes.py"
+GREEDY = Sampling()
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return build_vocab(AutoTokenizer.from_pretrained(TARGET))
+
+
+class CountingEncoder:
+    """The real tokenizer, counting what it is asked to encode."""
+
+    def __init__(self, vocab):
+        self.vocab, self.texts = vocab, []
+
+    def __call__(self, text: str) -> list[int]:
+        self.texts.append(text)
+        return self.vocab.encode_text(text)
+
+
+def code_lines(n: int, name: str = "helper") -> list[str]:
+    """n distinct lines of code in small functions separated by blank lines."""
+    out = []
+    for i in range(n // 4 + 1):
+        out += [f"def {name}_{i}(value, scale={i}):", f"    total = value * scale + {i * 7}",
+                f"    return total - {i * 3}", ""]
+    return out[:n]
+
+
+# ------------------------------------------------------------------------------ blocks
+
+def test_blocks_end_at_blank_lines_and_keep_the_text():
+    lines = code_lines(100)
+    blocks = line_blocks(lines)
+    assert "".join(blocks) == "\n".join(lines)
+    for b in blocks[:-1]:
+        body = b.split("\n")[:-1]
+        assert lk.BLOCK_MIN_LINES <= len(body) <= lk.BLOCK_MAX_LINES
+        assert body[-1].strip() == ""          # cut after a blank line
+    no_blank = [f"x_{i} = {i}" for i in range(130)]
+    assert [len(b.split("\n")) - 1 for b in line_blocks(no_blank)[:2]] == [lk.BLOCK_MAX_LINES] * 2
+
+
+def test_over_long_lines_are_left_out():
+    lines = ["a = 1", "data = '" + "z" * (lk.MAX_LINE_CHARS + 10) + "'", "b = 2"]
+    assert line_blocks(lines) == ["a = 1\n", "b = 2"]
+
+
+def test_a_block_is_encoded_as_it_reads_mid_text_even_with_a_dummy_prefix():
+    tok = llama_style_tokenizer("codellama")
+    v = build_vocab(tok)
+    assert v.dummy_prefix                      # encoding "x" alone gives "▁x"
+    index = BlockIndex(v.encode_text, dummy_prefix=True)
+    before, block = "import os\n", "def load(path):\n    return path\n"
+    whole = v.encode_text(before + block)
+    assert index.encode_block(block) == whole[len(v.encode_text(before)):]
+    assert index.encode_block(block) != v.encode_text(block)    # the naive way adds a space
+
+
+# ------------------------------------------------------------------------------ the cache
+
+def test_a_keystroke_retokenizes_only_the_block_it_touched(vocab):
+    enc = CountingEncoder(vocab)
+    index = BlockIndex(enc)
+    lines = code_lines(400)
+    cursor = (300, len(lines[300]))
+    first = index.corpus([LookupText(lines, cursor)])
+    assert len(first.blocks) > 10 and len(enc.texts) == len(first.blocks)
+    enc.texts.clear()
+    again = index.corpus([LookupText(lines, cursor)])
+    assert enc.texts == [] and again.tokens == first.tokens
+
+    typed = list(lines)
+    typed[300] += "  # edited"                 # a keystroke at the cursor
+    index.corpus([LookupText(typed, (300, len(typed[300])))])
+    assert len(enc.texts) == 1 and enc.texts[0].endswith("# edited")
+
+    enc.texts.clear()
+    far = list(lines)
+    far[41] = far[41].replace("scale", "factor")   # an edit far from the cursor
+    index.corpus([LookupText(far, cursor)])
+    assert len(enc.texts) == 1 and "factor" in enc.texts[0]
+
+
+def test_a_request_reads_and_tokenizes_a_bounded_number_of_tokens(vocab):
+    enc = CountingEncoder(vocab)
+    index = BlockIndex(enc, max_cached_tokens=20_000)
+    lines = code_lines(60_000)                 # ~600k tokens: far over every bound
+    corpus = index.corpus([LookupText(lines, (30_000, 0))], max_tokens=6000, max_new_tokens=3000)
+    tokens_encoded = sum(len(vocab.encode_text(t)) for t in enc.texts)
+    assert tokens_encoded < 3000 + 200 and corpus.tokens == tokens_encoded    # one block over at most
+    corpus = index.corpus([LookupText(lines, (30_000, 0))], max_tokens=6000, max_new_tokens=3000)
+    assert 6000 <= corpus.tokens < 6000 + 200  # the next request reads on, nearest blocks first
+    for _ in range(10):
+        index.corpus([LookupText(lines, (30_000 + 4000 * _, 0))], max_tokens=6000, max_new_tokens=3000)
+    assert index.cached_tokens <= 20_000
+
+
+def test_binary_and_data_text_is_skipped_without_error(vocab):
+    index = BlockIndex(vocab.encode_text)
+    binary = ["\x00\x01\x02ELF" * 50, "\x00" * 100, "x = 1"] * 20
+    data = ["[" + "1, " * 2000 + "]"] * 50
+    corpus = index.corpus([LookupText(binary, (0, 0)), LookupText(data)])
+    assert all("\x00" not in vocab.bytes_of(b.ids).decode("utf-8", "replace") for b in corpus.blocks)
+    assert corpus.tokens == sum(len(b.ids) for b in corpus.blocks) and corpus.tokens < 2000
+
+
+# ------------------------------------------------------------------------------ proposing
+
+def drafter_on(vocab, lines, cursor, others=()):
+    d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(vocab.encode_text))
+    d.read([LookupText(lines, cursor), *(LookupText(o) for o in others)])
+    return d
+
+
+def test_the_longest_match_outside_the_prompt_is_proposed(vocab):
+    lines = code_lines(200)
+    seen = lines[100:103]                     # "def helper_25(...):", "    total = ...", "    return ..."
+    d = drafter_on(vocab, lines, (199, 0))
+    seq = vocab.encode_text("# elsewhere\n" + "\n".join(seen[:2]) + "\n")
+    draft = d.propose(seq, b"", 12, GREEDY)
+    assert vocab.bytes_of(draft.tokens).decode().startswith(seen[2][:10])
+    assert draft.match >= lk.LONG_NGRAM and d.stats.proposed == {"document": 1}
+
+
+def test_the_text_after_the_cursor_is_not_proposed_after_the_text_before_it(vocab):
+    lines = ["def unique_name_here(alpha, beta):", "    return alpha ** beta + 12345", ""]
+    d = drafter_on(vocab, lines, (1, len("    return alpha")))
+    seq = vocab.encode_text("def unique_name_here(alpha, beta):\n    return alpha")
+    assert d.propose(seq, b"", 8, GREEDY).tokens == []
+
+
+def test_other_open_documents_are_read_too(vocab):
+    other = ["class Registry:", "    def register_handler(self, name, handler):",
+             "        self._handlers[name] = handler", "        return handler", ""]
+    d = drafter_on(vocab, ["x = 1", ""], (1, 0), others=[other])
+    seq = vocab.encode_text("    def register_handler(self, name, handler):\n")
+    draft = d.propose(seq, b"", 10, GREEDY)
+    assert vocab.bytes_of(draft.tokens).decode().startswith("        self._handlers[name]")
+    assert d.stats.proposed == {"open documents": 1}
+
+
+def test_a_longer_match_in_the_document_beats_a_short_one_in_the_prompt(vocab):
+    lines = code_lines(40)
+    d = drafter_on(vocab, lines, (39, 0))
+    seq = vocab.encode_text("\n".join(lines[4:6]) + "\n")
+    near = NgramDrafter(special_ids=vocab.special_ids).propose(seq, b"", 6, GREEDY)
+    far = d.propose(seq, b"", 6, GREEDY)
+    assert far.match > near.match and d.stats.proposed == {"document": 1}
+
+
+# ------------------------------------------------------------------------------ the shipped pair
+
+@pytest.fixture(scope="module")
+def engines():
+    return {name: Engine(EngineConfig(target="default", draft=name, device="cpu"))
+            for name in ("none", "ngram", "default")}
+
+
+def complete(engine, text, line, col, **options):
+    pipe = CompletionPipeline(engine)
+    opts = CompletionOptions(max_new_tokens=48, multiline="always", **options)
+    c = pipe.complete(CompletionRequest(URI, text, line, col), opts)
+    return (c.text if c else ""), pipe.last_stats
+
+
+def far_copy_case(engines):
+    """A place in a long file, the target's own answer there, and the place with that answer."""
+    filler = code_lines(600)                  # thousands of tokens: far more than the window
+    place = ["def area_of_shape(shape, unit='cm'):", "    if shape.kind == 'circle':",
+             "        radius = shape.size / 2"]
+    doc = "\n".join([*filler, *place])
+    lines = doc.split("\n")
+    answer, stats = complete(engines["none"], doc, len(lines) - 1, len(place[-1]))
+    assert len(stats["raw_text"]) > 10 and stats["window_lines"][0] > 0
+    return doc, "\n".join(place) + stats["raw_text"], answer, stats
+
+
+def test_code_far_above_the_window_is_drafted_and_verified(engines):
+    """The target's own answer at a place also written far above, outside the prompt's window:
+    lookup reads it in the document, drafts it, and the target accepts it."""
+    doc, copy, answer, plain = far_copy_case(engines)
+    copy_lines = copy.split("\n")
+    # Lines added above in whole steps of the prompt window's start: the prompt stays the same.
+    pad = -(len(copy_lines) + 1) % CompletionOptions().window_step_lines
+    text = "\n".join([*copy_lines, "", *[""] * pad]) + "\n" + doc
+    line, col = len(text.split("\n")) - 1, len(doc.split("\n")[-1])
+
+    alone, stats = complete(engines["none"], text, line, col)
+    near, near_stats = complete(engines["ngram"], text, line, col, lookup_documents=False)
+    far, far_stats = complete(engines["ngram"], text, line, col)
+    assert alone == near == far == answer and stats["raw_text"] == plain["raw_text"]
+    assert stats["window_lines"][0] > len(copy_lines)       # the copy is not in the prompt
+    assert near_stats["lookup"]["proposed"].get("document", 0) == 0
+    found = far_stats["lookup"]
+    assert found["proposed"]["document"] >= 1 and found["blocks"] > 10
+    assert found["agreed"]["document"] >= 0.8 * far_stats["new_tokens"]
+    assert far_stats["accepted"] > near_stats["accepted"] and far_stats["rounds"] < near_stats["rounds"]
+
+
+def test_code_in_another_open_document_is_drafted_and_verified(engines):
+    doc, copy, answer, plain = far_copy_case(engines)
+    lines = doc.split("\n")
+    runs = {}
+    for name, docs in (("none", True), ("ngram", False), ("ngram", True)):
+        pipe = CompletionPipeline(engines[name])
+        pipe.note_document("file:///work/demo/other.py", "import math\n\n" + copy + "\n")
+        opts = CompletionOptions(max_new_tokens=48, multiline="always", extra_tokens=0, lookup_documents=docs)
+        c = pipe.complete(CompletionRequest(URI, doc, len(lines) - 1, len(lines[-1])), opts)
+        runs[name, docs] = (c.text if c else "", pipe.last_stats)
+    assert {text for text, _ in runs.values()} == {answer}
+    near, far = runs["ngram", False][1], runs["ngram", True][1]
+    assert far["lookup"]["agreed"]["open documents"] >= 0.8 * far["new_tokens"]
+    assert "open documents" not in near["lookup"]["proposed"]
+    assert far["rounds"] < near["rounds"]
+
+
+def real_files():
+    pygls = Path(importlib.import_module("pygls").__file__).parent
+    files = sorted(p for p in pygls.rglob("*.py") if 8000 <= p.stat().st_size <= 40000)
+    return files[:2]
+
+
+@pytest.mark.parametrize("draft", ["ngram", "default"])
+def test_document_lookup_keeps_greedy_output_on_real_files(engines, draft):
+    files = real_files()
+    assert files, "pygls (a server dependency) has no source files of 8-40 KB"
+    read = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for line, col in end_of_line_cursors(text, 3):
+            alone, _ = complete(engines["none"], text, line, col)
+            spec, stats = complete(engines[draft], text, line, col)
+            assert spec == alone, (path.name, line)
+            read += stats["lookup"]["blocks"]
+    assert read > 0
+
+
+def test_lookup_texts_do_nothing_without_lookup(engines):
+    lines = code_lines(50)
+    text, stats = complete(engines["none"], "\n".join(lines), 49, 0)
+    assert "lookup" not in stats
+    heuristic = dataclasses.replace(CompletionOptions(), draft_control="heuristic")
+    pipe = CompletionPipeline(engines["default"])
+    pipe.complete(CompletionRequest(URI, "\n".join(lines), 49, 0), heuristic)
+    assert pipe.last_stats["lookup"]["blocks"] == 0    # the old rule drafts with the model alone

@@ -52,6 +52,13 @@ def lookup_class(match: int) -> str | None:
     return name
 
 
+def positions_reached(asked: int, accepted: int) -> int:
+    """Draft positions a chain of `asked` tokens reached when its first `accepted` were accepted:
+    every position up to the first rejection, that one included (a draft that stopped short of
+    `asked` failed where it stopped). The acceptance counts by position rest on this rule."""
+    return min(asked, accepted + 1)
+
+
 def _ema(current: float | None, measured: float) -> float:
     """The first measurement is taken as it is; later ones move the estimate a bounded step."""
     if current is None:
@@ -86,10 +93,9 @@ class DrafterEstimate:
         """A round that asked for `asked` tokens, got `drafted` and had `accepted` of them
         accepted. Position i counts once every earlier one was accepted: a draft that stopped
         short (nothing to propose, low confidence) failed at the position where it stopped."""
-        for i in range(MAX_K):
-            self.evaluated[i] *= DECAY
-            self.accepted[i] *= DECAY
-        for i in range(min(asked, accepted + 1, MAX_K)):
+        self.evaluated = [v * DECAY for v in self.evaluated]
+        self.accepted = [v * DECAY for v in self.accepted]
+        for i in range(min(positions_reached(asked, accepted), MAX_K)):
             self.evaluated[i] += 1
             self.accepted[i] += i < accepted
         self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
@@ -137,8 +143,9 @@ class Plan:
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
     """For i = 0..k: the sum of the chain products p_1...p_j for j <= i, and the products."""
     sums, chains, chain = [0.0], [1.0], 1.0
-    for i in range(k):
-        chain *= est.p(i)
+    prior = est.prior * PRIOR_ROUNDS
+    for a, e in zip(est.accepted[:k], est.evaluated[:k]):   # est.p(i), without a call per position
+        chain *= (a + prior) / (e + PRIOR_ROUNDS)
         chains.append(chain)
         sums.append(sums[-1] + chain)
     return sums, chains
@@ -186,25 +193,32 @@ class DraftController:
         if not self.verify.seen:    # no costs known yet: measure a round first
             return Plan("lookup", min(lookup_tokens, max_k), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
         one, per = self.verify.one_ms, self.verify.per_token_ms
-        verify = [max(one + per * (w - 1), 1e-6) for w in range(2 * max_k + 2)]   # self.verify(w) by width
         lookup_k = min(lookup_tokens, max_k)
+        # self.verify(w) (at least 1e-6) for every width a chain or a tree of these lengths has
+        verify = [1e-6 if 1e-6 > v else v for v in (one + per * (w - 1) for w in range(2 + lookup_k + max_k))]
         l_sums, l_chains = _cumulative(self.lookup_estimate(lookup_match), lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
-        best_lookup = None
+        # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first
+        # k with the highest rate.
+        best_k, best_rate = 0, 0.0
         for k in range(1, lookup_k + 1):
             rate = (1 + l_sums[k]) / verify[k + 1]
-            if best_lookup is None or rate > best_lookup.expected_rate:
-                best_lookup = Plan("lookup", k, rate)
+            if best_k == 0 or rate > best_rate:
+                best_k, best_rate = k, rate
+        best_lookup = Plan("lookup", best_k, best_rate) if best_k else None
         if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
             best = best_lookup
         best_model = None
         if has_model:
             begin = 0.0 if model_ready else self.model.begin_ms
+            step = self.model.step_ms
             m_sums, m_chains = _cumulative(self.model, max_k)
+            best_k, best_rate = 0, 0.0
             for k in range(1, max_k + 1):
-                rate = (1 + m_sums[k]) / (begin + k * self.model.step_ms + verify[k + 1])
-                if best_model is None or rate > best_model.expected_rate:
-                    best_model = Plan("model", k, rate)
+                rate = (1 + m_sums[k]) / (begin + k * step + verify[k + 1])
+                if best_k == 0 or rate > best_rate:
+                    best_k, best_rate = k, rate
+            best_model = Plan("model", best_k, best_rate)
             if best_model.expected_rate > best.expected_rate:
                 best = best_model
             if tree_ok and lookup_k:
@@ -229,17 +243,18 @@ class DraftController:
         for i in range(1, max_k + 1):
             both.append(both[-1] + (l_chains[i] * m_chains[i] if i <= lookup_k else 0.0))
         step = self.model.step_ms
-        best = Plan("tree", 0, 0.0)
+        best_rate, best_km, best_kl = 0.0, 0, 0
         # Rates rise with each chain's length, then fall: a row (or the rows) stops a few steps
         # after its best, which keeps this to a few dozen candidates instead of kl x km.
         rows_fell, row_prev = 0, 0.0
         for kl in range(1, lookup_k + 1):
             row_best, fell = 0.0, 0
+            l_tokens = 1 + l_sums[kl]
             for km in range(1, max_k + 1):
-                tokens = 1 + l_sums[kl] + m_sums[km] - both[min(kl, km)]
+                tokens = l_tokens + m_sums[km] - both[kl if kl < km else km]
                 rate = tokens / (begin + km * step + verify[1 + kl + km])
-                if rate > best.expected_rate:
-                    best = Plan("tree", km, rate, kl)
+                if rate > best_rate:
+                    best_rate, best_km, best_kl = rate, km, kl
                 if rate > row_best:
                     row_best, fell = rate, 0
                 elif (fell := fell + 1) >= 3:
@@ -248,7 +263,7 @@ class DraftController:
             row_prev = max(row_prev, row_best)
             if rows_fell >= 3:
                 break
-        return best
+        return Plan("tree", best_km, best_rate, best_kl)
 
     def record(self, plan: Plan, drafted: int, accepted: int, draft_ms: float, verify_ms: float,
                begin_ms: float | None = None) -> None:

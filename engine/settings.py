@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from .control import positions_reached
+
 MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength` setting's maximum)
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
@@ -80,10 +82,9 @@ class GenerationStats:
         self.verify_ms += verify_ms
 
     def count_positions(self, drafter: str, asked: int, accepted: int) -> None:
-        """A chain of `drafter` asked for `asked` tokens had its first `accepted` accepted: positions
-        up to the first rejection were evaluated (a draft that stopped short failed where it
-        stopped), as the controller counts them."""
-        reached = min(asked, accepted + 1)
+        """A chain of `drafter` asked for `asked` tokens had its first `accepted` accepted: the
+        positions it reached were evaluated (`positions_reached`, the rule the controller counts by)."""
+        reached = positions_reached(asked, accepted)
         if reached <= 0:
             return
         rec = self.by_position.setdefault(drafter, {"evaluated": [], "accepted": []})

@@ -130,8 +130,11 @@ class KVSession:
                 f"{len(self.ids) + len(new_ids)} tokens exceed the limit of {self.max_tokens} "
                 "(the model's context or the KV session budget)")
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        if torch.is_inference_mode_enabled():   # the engine's rounds already are: no nested mode
             logits = self.forward(new_ids, n_logits)
+        else:
+            with torch.inference_mode():
+                logits = self.forward(new_ids, n_logits)
         self.ids.extend(new_ids)
         self.forward_calls += 1
         self.forward_ms += (time.perf_counter() - t0) * 1000
@@ -175,6 +178,11 @@ class KVSession:
         if reused < len(ids):
             self._forward(ids[reused:], n_logits=1)
         return reused, len(ids) - reused
+
+    def append(self, new_ids: list[int], n_logits: int = 1) -> torch.Tensor:
+        """`new_ids` after what the cache holds: advance(self.ids + new_ids) without comparing
+        the whole sequence (a draft model's steps, one token after another)."""
+        return self._forward(new_ids, n_logits)
 
     def advance(self, ids: list[int], n_logits: int = 1) -> torch.Tensor:
         """Make the cache hold `ids` and return logits [n_logits, vocab] for its last

@@ -27,6 +27,7 @@ ancestors; `LeanKV.keep` then moves the accepted path's keys and values into pla
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -260,7 +261,10 @@ class LeanLlama:
         self.eps = cfg.rms_norm_eps
         rot = self.inner.rotary_emb
         self.positions = _Positions(rot.inv_freq.float().clone(), float(getattr(rot, "attention_scaling", 1.0)))
-        self.act = self.inner.layers[0].mlp.act_fn.forward
+        self.act = _activation(self.inner.layers[0].mlp.act_fn)
+        # tensors read every call, looked up once (a module attribute is a Python call each time)
+        self.embed_weight = self.inner.embed_tokens.weight
+        self.norm_weight = self.inner.norm.weight
         linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                     l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
         self.packed = _packs(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes)
@@ -276,16 +280,16 @@ class LeanLlama:
 
     def _norm(self, x, weight):
         if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
+            return torch.rms_norm(x, (x.shape[-1],), weight, self.eps)
         # Half precision: normalise in float32 and round before the weight, as transformers does.
-        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+        return weight * torch.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
         n = ids.shape[0]
         start = kv.length
         end = start + n
         kv.reserve(end)
-        x = F.embedding(ids, self.inner.embed_tokens.weight)
+        x = torch.embedding(self.embed_weight, ids)
         pos = self.positions
         pos.ensure(end, x.dtype, x.device)
         if tree is None:
@@ -298,31 +302,48 @@ class LeanLlama:
         scale = hd ** -0.5
 
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(self._norm(x, layer.norm1)).unflatten(1, (qk_heads + kvh, hd))
+            qkv = layer.qkv(self._norm(x, layer.norm1)).view(n, qk_heads + kvh, hd)
             qk = qkv[:, :qk_heads]
             # rope on queries and keys together, in place; rolling by half a head swaps halves
             torch.addcmul(qk * cos, qk.roll(half, -1), sin, out=qk)
-            kv.slots[i][start:end] = qkv[:, heads:].unflatten(1, (2, kvh))
+            kv.slots[i][start:end] = qkv[:, heads:].view(n, 2, kvh, hd)
             x = layer.o_proj.add_to(x, _attend(qkv[:, :heads], kv, i, end, mask, scale))
             gate, up = layer.gate_up(self._norm(x, layer.norm2)).chunk(2, dim=-1)
             x = layer.down_proj.add_to(x, self.act(gate).mul_(up))
         kv.length = end
-        return self.lm_head(self._norm(x[-n_logits:], self.inner.norm.weight))
+        return self.lm_head(self._norm(x[-n_logits:], self.norm_weight))
 
 
 @dataclass
 class _BigCodeBlock:
-    ln_1: torch.nn.LayerNorm
+    ln_1: tuple
     c_attn: _Linear
     attn_proj: _Linear
-    ln_2: torch.nn.LayerNorm
+    ln_2: tuple
     c_fc: _Linear
     mlp_proj: _Linear
     act: object
 
 
-def _layer_norm(x, ln: torch.nn.LayerNorm):
-    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+def _ln(ln: torch.nn.LayerNorm) -> tuple:
+    """A LayerNorm's arguments, looked up once."""
+    return ln.normalized_shape, ln.weight, ln.bias, ln.eps
+
+
+def _layer_norm(x, ln: tuple):
+    shape, weight, bias, eps = ln
+    return torch.layer_norm(x, shape, weight, bias, eps, torch.backends.cudnn.enabled)
+
+
+def _activation(module: torch.nn.Module):
+    """The function a transformers activation module calls, where it only wraps one (one or two
+    Python calls less per layer); else the module's forward."""
+    if isinstance(module, torch.nn.SiLU) or type(module).__name__ == "SiLUActivation":
+        return F.silu
+    act = getattr(module, "act", None)
+    if type(module).__name__ == "GELUTanh" and isinstance(act, functools.partial):
+        return act
+    return module.forward
 
 
 class LeanBigCode:
@@ -341,10 +362,11 @@ class LeanBigCode:
         self.positions = _Positions()
         linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
         self.packed = _packs(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes)
-        self.blocks = [_BigCodeBlock(b.ln_1, *(_Linear([m], self.packed) for m in mods[:2]), b.ln_2,
-                                     *(_Linear([m], self.packed) for m in mods[2:]), b.mlp.act.forward)
+        self.blocks = [_BigCodeBlock(_ln(b.ln_1), *(_Linear([m], self.packed) for m in mods[:2]), _ln(b.ln_2),
+                                     *(_Linear([m], self.packed) for m in mods[2:]), _activation(b.mlp.act))
                        for b, mods in zip(self.inner.h, linears)]
         self.lm_head = _Linear([model.lm_head], self.packed)
+        self.wte, self.wpe, self.ln_f = self.inner.wte.weight, self.inner.wpe.weight, _ln(self.inner.ln_f)
 
     def new_cache(self, dtype, device) -> LeanKV:
         return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
@@ -354,23 +376,23 @@ class LeanBigCode:
         start = kv.length
         end = start + n
         kv.reserve(end)
-        wpe = self.inner.wpe.weight
-        x = F.embedding(ids, self.inner.wte.weight) + (wpe[start:end] if tree is None else wpe[start + tree.depths])
+        wpe = self.wpe
+        x = torch.embedding(self.wte, ids) + (wpe[start:end] if tree is None else wpe[start + tree.depths])
         self.positions.ensure(end, x.dtype, x.device)
         mask = self.positions.mask(start, n, ids.device, tree)
         for i, b in enumerate(self.blocks):
             qkv = b.c_attn(_layer_norm(x, b.ln_1))
             if self.mq:
-                q = qkv[:, :self.embed].unflatten(1, (heads, hd))
-                kv.slots[i][start:end] = qkv[:, self.embed:].unflatten(1, (2, 1, hd))
+                q = qkv[:, :self.embed].view(n, heads, hd)
+                kv.slots[i][start:end] = qkv[:, self.embed:].view(n, 2, 1, hd)
             else:
-                per_head = qkv.unflatten(1, (heads, 3, hd))
+                per_head = qkv.view(n, heads, 3, hd)
                 q = per_head[:, :, 0]
                 kv.slots[i][start:end] = per_head[:, :, 1:].transpose(1, 2)
             x = b.attn_proj.add_to(x, _attend(q, kv, i, end, mask, self.scale))
             x = b.mlp_proj.add_to(x, b.act(b.c_fc(_layer_norm(x, b.ln_2))))
         kv.length = end
-        return self.lm_head(_layer_norm(x[-n_logits:], self.inner.ln_f))
+        return self.lm_head(_layer_norm(x[-n_logits:], self.ln_f))
 
 
 LeanModel = LeanLlama | LeanBigCode
@@ -410,6 +432,13 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES) -> LeanModel | None:
     return LeanLlama(model, pack_max_bytes)
 
 
+def _float_rows(logits: torch.Tensor) -> torch.Tensor:
+    """Logits as float32 rows in memory order (a wide packed matmul returns them transposed)."""
+    if logits.dtype == torch.float32 and logits.is_contiguous():
+        return logits
+    return logits.float().contiguous()
+
+
 class LeanForward:
     """A lean model and its preallocated cache: one of the two forwards a KV session runs
     (engine/kv.py has the other one and their interface, `Forward`)."""
@@ -421,12 +450,19 @@ class LeanForward:
         self.dtype, self.device = dtype, device
         self.cache: LeanKV | None = None
         self.tree_root = 0    # where the last tree pass put its root
+        # Every id once, on the device: a one-token step takes a slice of it instead of building
+        # a tensor from a list (and, on a GPU, copying it from the host).
+        self.token_ids = torch.arange(lean.model.get_input_embeddings().weight.shape[0], device=device)
+
+    def _ids(self, new_ids: list[int]) -> torch.Tensor:
+        if len(new_ids) == 1 and 0 <= new_ids[0] < len(self.token_ids):
+            return self.token_ids[new_ids[0]:new_ids[0] + 1]
+        return torch.tensor(new_ids, dtype=torch.long, device=self.device)
 
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
             self.cache = self.lean.new_cache(self.dtype, self.device)
-        x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
-        return self.lean(x, self.cache, n_logits).float().contiguous()
+        return _float_rows(self.lean(self._ids(new_ids), self.cache, n_logits))
 
     def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
         if self.cache is None:
@@ -434,7 +470,7 @@ class LeanForward:
         x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
         layout = TreeLayout(torch.tensor(depths, dtype=torch.long, device=self.device), ancestors.to(self.device))
         self.tree_root = self.cache.length
-        logits = self.lean(x, self.cache, len(new_ids), layout).float().contiguous()
+        logits = _float_rows(self.lean(x, self.cache, len(new_ids), layout))
         self.cache.length = self.tree_root + 1    # the root; keep_path brings back the accepted nodes
         return logits
 

@@ -1,6 +1,7 @@
 """Shared pieces of the language-server tests: hand-built client capabilities, a server command,
-a test client that remembers its open documents and the server's exit code, a reset that puts
-a shared server back to a known state, and waits on what the real server process reports."""
+a test client that remembers its open documents and the server's exit code, the pytest-lsp
+fixture of a server on the tiny pair, a reset that puts a shared server back to a known state,
+and waits on what the real server process reports."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from lsprotocol import types
 from pygls.protocol import default_converter
-from pytest_lsp import LanguageClient
+import pytest_lsp
+from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import register_lsp_features
 
 from lsp import commands
@@ -52,6 +54,11 @@ def make_client() -> TestClient:
     client = TestClient(converter_factory=default_converter)
     register_lsp_features(client)
     return client
+
+
+def server_config(client_factory=make_client) -> ClientServerConfig:
+    """pytest-lsp's way to start the real server over stdio (SERVER_COMMAND) and its client."""
+    return ClientServerConfig(server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=client_factory)
 
 
 def capabilities(encoding: str = "utf-16", configuration: bool = True,
@@ -115,6 +122,22 @@ def reference(uri: str, text: str, line: int, character: int, **settings) -> str
     completion = loaded.pipeline.complete(completion_request(uri, text, line, character), options,
                                           cancel=threading.Event())
     return completion.text if completion is not None else ""
+
+
+def tiny_server(pulled: dict | None = None, **settings):
+    """A module-scoped pytest-lsp fixture: the real server over stdio, initialized with
+    `tiny_options(**settings)` (its result kept as `init_result`), the models loaded; shut down
+    after the module. With `pulled`, the client answers workspace/configuration with it. The
+    fixture takes the name it is assigned to: `client = tiny_server(maxNewTokens=16)`."""
+    @pytest_lsp.fixture(scope="module", config=server_config())
+    async def started(lsp_client: LanguageClient):
+        if pulled is not None:
+            lsp_client.set_configuration(dict(pulled), section="specfill")
+        lsp_client.init_result = await lsp_client.initialize_session(init_params(tiny_options(**settings)))
+        await wait_loaded(lsp_client)
+        yield
+        await lsp_client.shutdown_session()
+    return started
 
 
 async def wait_until(predicate, timeout: float = 90.0, what: str = "condition"):

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import pytest
 import pytest_asyncio
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,
-                                   make_client, open_doc, reset, tiny_options, wait_loaded,
-                                   wait_until)
+from tests.e2e.lsp_helpers import change_doc, inline, open_doc, reset, tiny_options, tiny_server, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -26,13 +22,7 @@ SETTINGS = {**tiny_options(), "extraTokens": 512, "maxNewTokens": 8,
             "extraContextFrom": "open,edits,yanks,visits"}
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
-async def shared(lsp_client: LanguageClient):
-    lsp_client.init_result = await lsp_client.initialize_session(init_params(SETTINGS))
-    await wait_loaded(lsp_client)
-    yield
-    await lsp_client.shutdown_session()
+shared = tiny_server(**SETTINGS)
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -5,15 +5,12 @@ keystroke elsewhere stops the prefetch mid-decode and gets the answer it would h
 from __future__ import annotations
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
 from lsp.prefetch import Answer, accepted_document
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline, items,
-                                   make_client, open_doc, reference, reset, stats, tiny_options,
-                                   wait_loaded)
+from tests.e2e.lsp_helpers import (change_doc, inline, items, open_doc, reference, reset, stats, tiny_options,
+                                   tiny_server)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -25,13 +22,7 @@ SHORT = {"maxNewTokens": 16}
 LONG = {"maxNewTokens": 512, "multiline": "always", "maxLines": 200, "stopWhileDecoding": False}
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    await lsp_client.initialize_session(init_params(tiny_options(**SHORT)))
-    await wait_loaded(lsp_client)
-    yield lsp_client
-    await lsp_client.shutdown_session()
+client = tiny_server(**SHORT)
 
 
 async def until(client, predicate, what: str) -> dict:

@@ -10,14 +10,12 @@ import sys
 
 import pytest
 import pytest_asyncio
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,
                          items, make_client, open_doc, push_settings, reference, reset,
-                         server_stdin, stats, stop_client, tiny_options, wait_for_setting,
-                         wait_loaded, wait_until)
+                         server_stdin, stats, stop_client, tiny_options, tiny_server,
+                         wait_for_setting, wait_loaded, wait_until)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -26,13 +24,7 @@ GOOD = "def area(r):\n    return 3.14 * \n"
 GOOD_AT = (1, 18)
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
-async def shared(lsp_client: LanguageClient):
-    await lsp_client.initialize_session(init_params(tiny_options(maxNewTokens=16)))
-    await wait_loaded(lsp_client)
-    yield
-    await lsp_client.shutdown_session()
+shared = tiny_server(maxNewTokens=16)
 
 
 @pytest_asyncio.fixture(loop_scope="module")

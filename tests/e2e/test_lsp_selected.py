@@ -8,14 +8,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, _reference_backend, change_doc,
-                                   init_params, inline_params, items, make_client, open_doc,
-                                   push_settings, stats, tiny_options, wait_for_setting, wait_loaded)
+from tests.e2e.lsp_helpers import (_reference_backend, change_doc, inline_params, items, open_doc, push_settings,
+                                   stats, tiny_options, tiny_server, wait_for_setting)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -24,13 +21,7 @@ DOC = "def add(a, b):\n    re"          # the user typed `re`; the menu offers `
 WORD = types.Range(start=types.Position(line=1, character=4), end=types.Position(line=1, character=6))
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    await lsp_client.initialize_session(init_params(tiny_options(**SETTINGS)))
-    await wait_loaded(lsp_client)
-    yield lsp_client
-    await lsp_client.shutdown_session()
+client = tiny_server(**SETTINGS)
 
 
 def expected(uri: str, text: str, line: int, character: int) -> tuple[str, int]:

@@ -5,22 +5,19 @@ stands alone and can run by itself or in any order."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-import pytest_lsp
 from lsprotocol import types
 from pygls.exceptions import JsonRpcRequestCancelled
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
 
 from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, ended_loads, init_params,
                          inline, inline_params, items, make_client, open_doc, push_settings,
-                         reference, reset, stats, stop_client, tiny_options, wait_for_setting,
-                         wait_loaded, wait_until, wait_until_idle)
+                         reference, reset, stats, stop_client, tiny_options, tiny_server,
+                         wait_for_setting, wait_loaded, wait_until, wait_until_idle)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -35,14 +32,7 @@ DOC_URI = "file:///work/doc.py"
 PULLED = {"maxNewTokens": 24}   # what the client answers to workspace/configuration
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
-async def shared(lsp_client: LanguageClient):
-    lsp_client.set_configuration(dict(PULLED), section="specfill")
-    lsp_client.init_result = await lsp_client.initialize_session(init_params(tiny_options()))
-    await wait_loaded(lsp_client)
-    yield
-    await lsp_client.shutdown_session()
+shared = tiny_server(pulled=PULLED)
 
 
 @pytest_asyncio.fixture(loop_scope="module")

@@ -4,14 +4,12 @@ the editor's specfill/shown, specfill/accepted and specfill/dismissed reports an
 from __future__ import annotations
 
 import pytest
-import pytest_lsp
+import pytest_asyncio
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp import commands
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, init_params, inline, items,
-                                   make_client, open_doc, push_settings, stats, tiny_options,
-                                   wait_for_setting, wait_loaded, wait_until)
+from tests.e2e.lsp_helpers import (inline, items, open_doc, push_settings, stats, tiny_options, tiny_server,
+                                   wait_for_setting, wait_until)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -20,14 +18,13 @@ DOC_URI = "file:///work/telemetry.py"
 POSITIONS = [(4, 4), (9, 8), (3, 0), (8, 4), (0, 9), (7, 0)]
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(
-    server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=make_client))
-async def client(lsp_client: LanguageClient):
-    await lsp_client.initialize_session(init_params(tiny_options(maxNewTokens=16)))
-    await wait_loaded(lsp_client)
-    open_doc(lsp_client, DOC_URI, DOC)
-    yield lsp_client
-    await lsp_client.shutdown_session()
+server = tiny_server(maxNewTokens=16)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(server):
+    open_doc(server, DOC_URI, DOC)
+    return server
 
 
 async def suggestions(client, count: int) -> list[types.InlineCompletionItem]:

@@ -17,7 +17,7 @@ import time
 import pytest
 import pytest_lsp
 from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from completion.context import parse_document
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
@@ -27,8 +27,8 @@ from engine import Engine, EngineConfig
 from engine.remote import InfillPrompt, RemoteEngine, RemoteSettings, RemoteTarget, TextPrompt
 from engine.settings import GenerationSettings
 from lsp.notify import STATUS_METHOD
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, init_params, inline, items, make_client, open_doc,
-                                   stats, wait_loaded, wait_until)
+from tests.e2e.lsp_helpers import (init_params, inline, items, make_client, open_doc, server_config, stats,
+                                   wait_loaded, wait_until)
 from tests.e2e.remote import install_llama_server as install
 from tests.e2e.remote.gguf_target import convert
 from tests.e2e.remote.server import LlamaServer
@@ -288,8 +288,7 @@ def make_status_client():
     return client
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, server_env=SERVER_ENV,
-                                              client_factory=make_status_client))
+@pytest_lsp.fixture(config=server_config(make_status_client))
 async def remote_lsp(lsp_client: LanguageClient):
     yield lsp_client
 

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import pytest
 import pytest_lsp
-from lsprotocol import types
-from pytest_lsp import ClientServerConfig, LanguageClient
+from pytest_lsp import LanguageClient
 
 from lsp import commands
 from lsp.prefetch import Answer, accepted_document
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline, items,
-                                   make_client, open_doc, stats, wait_loaded)
+from tests.e2e.lsp_helpers import (change_doc, init_params, inline, items, open_doc, server_config, stats,
+                                   wait_loaded)
 from tests.e2e.remote.server import LlamaServer
 from tests.e2e.test_remote_llamacpp import DOC, URI, llama_server_binary, positions, target_gguf  # noqa: F401
 
 pytestmark = pytest.mark.timeout(7200)   # a first run builds llama-server
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, server_env=SERVER_ENV,
-                                              client_factory=make_client))
+@pytest_lsp.fixture(config=server_config())
 async def remote_lsp(lsp_client: LanguageClient):
     yield lsp_client
 

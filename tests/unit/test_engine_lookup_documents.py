@@ -142,7 +142,7 @@ def test_the_longest_match_outside_the_prompt_is_proposed(vocab):
     seq = vocab.encode_text("# elsewhere\n" + "\n".join(seen[:2]) + "\n")
     draft = d.propose(seq, b"", 12, GREEDY)
     assert vocab.bytes_of(draft.tokens).decode().startswith(seen[2][:10])
-    assert draft.match >= lk.LONG_NGRAM and d.stats.proposed == {"document": 1}
+    assert draft.match >= lk.KEY_NGRAM and d.stats.proposed == {"document": 1}
 
 
 def test_the_text_after_the_cursor_is_not_proposed_after_the_text_before_it(vocab):

@@ -1,12 +1,19 @@
 """End-of-line benchmark: the cursor at the end of code lines of held-out files, where the server
 asks for a multi-line answer, through the real language server over stdio.
 
-    python -m bench.end_of_line [--files DIR] [--per-file 6] [--configs no-draft,ngram,default,...]
+    python -m bench.end_of_line [--files DIR | --real-files] [--per-file 6] [--configs no-draft,ngram,default,...]
+
+`--files` takes the .py files of a folder (bench/files: three small project-written files, which
+the prompt's window holds whole); `--real-files` takes real source files of 8-40 KB from the
+packages the shipped pair never trained on (training/corpus.py HELD_OUT_PACKAGES), one per
+package, the first by path: files longer than the prompt's window, where prompt lookup reads
+the rest of the document (`ngram-prompt-only` reads only the prompt and recent completions).
 
 Every configuration runs in its own server, all started before the first request; requests go
 round-robin (one position, every configuration, next position), so a busy machine slows all
 configurations alike. Prints p50/p95 latency, tokens decoded per token shown, tokens per target
-call and acceptance, and checks that every configuration shows the same ghost text.
+call and acceptance, what lookup proposed from the documents and how much of it the target wrote
+too, and checks that every configuration shows the same ghost text.
 """
 from __future__ import annotations
 
@@ -27,8 +34,13 @@ from lsp.arguments import EXIT_USAGE, OneLineParser, number
 PROG = "python -m bench.end_of_line"
 CONFIGS = {
     **DRAFT_CONFIGS,
+    # prompt lookup alone, reading only the prompt and recent completions (not the documents)
+    "ngram-prompt-only": {"draftModel": "ngram", "lookupDocuments": False},
     "no-draft-cut-after": {"draftModel": "none", "stopWhileDecoding": False},  # decode all, cut afterwards
 }
+
+
+REAL_FILE_BYTES = (8_000, 40_000)
 
 
 @dataclass
@@ -36,7 +48,7 @@ class Position:
     file: str
     text: str
     line: int
-    character: int     # utf-16 column: bench files are ASCII, so also the codepoint column
+    character: int     # utf-16 column (what LSP counts)
 
 
 def end_of_line_cursors(text: str, n: int) -> list[tuple[int, int]]:
@@ -50,7 +62,35 @@ def end_of_line_cursors(text: str, n: int) -> list[tuple[int, int]]:
 
 def end_of_line_positions(path: Path, per_file: int) -> list[Position]:
     text = path.read_text(encoding="utf-8")
-    return [Position(path.name, text, line, col) for line, col in end_of_line_cursors(text, per_file)]
+    lines = text.split("\n")
+    return [Position(path.name, text, line, len(lines[line][:col].encode("utf-16-le")) // 2)
+            for line, col in end_of_line_cursors(text, per_file)]
+
+
+def real_files(n: int) -> list[Path]:
+    """`n` real .py files of 8-40 KB from the packages held out of the shipped pair's training
+    (training/corpus.py), one per package in that order, the first by path (test folders and
+    files left out as in the corpus): the same files wherever the same versions are installed."""
+    import importlib.util
+
+    from training.corpus import HELD_OUT_PACKAGES, SKIP_DIRS
+
+    found = []
+    for name in HELD_OUT_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(next(iter(spec.submodule_search_locations)))
+        for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+            rel = path.relative_to(root)
+            if SKIP_DIRS.intersection(rel.parts[:-1]) or rel.name.startswith("test_") or "test_utils" in rel.parts:
+                continue
+            if REAL_FILE_BYTES[0] <= path.stat().st_size <= REAL_FILE_BYTES[1]:
+                found.append(path)
+                break
+        if len(found) == n:
+            break
+    return found
 
 
 async def ask(client: LspClient, pos: Position, version: int) -> dict:
@@ -97,8 +137,10 @@ def summarize(records: dict[str, list[dict]]) -> list[dict]:
         stops: dict[str, int] = {}
         for r in rs:
             stops[r.get("stop_reason")] = stops.get(r.get("stop_reason"), 0) + 1
+        proposed, written = documents_lookup(rs)
         rows.append({
             "config": name, "requests": len(rs), "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
+            "documents_proposed": proposed, "documents_written": written,
             "decoded_per_request": decoded / len(rs), "shown_per_request": shown / len(rs),
             "decoded_per_shown": decoded / shown if shown else None,
             "tokens_per_target_call": total("new_tokens") / total("rounds") if total("rounds") else None,
@@ -109,22 +151,45 @@ def summarize(records: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
+DOCUMENTS = ("document", "open documents")   # where lookup found what it proposed, beyond the prompt
+
+
+def documents_lookup(records: list[dict]) -> tuple[int, int] | tuple[None, None]:
+    """Tokens lookup proposed from the documents over these requests, and how many of them the
+    target wrote too (drafted or not); None without lookup."""
+    runs = [r["lookup"] for r in records if r.get("lookup")]
+    if not runs:
+        return None, None
+    return (sum(run["tokens"].get(s, 0) for run in runs for s in DOCUMENTS),
+            sum(run["agreed"].get(s, 0) for run in runs for s in DOCUMENTS))
+
+
 def table(rows: list[dict], meta: str) -> str:
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
     out = [meta, "",
            "| configuration | p50 ms | p95 ms | tokens decoded / shown (per request) | decoded per shown "
-           "| tokens / target call | acceptance | same text | why decoding stopped |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| tokens / target call | acceptance | lookup from documents: tokens proposed / written too "
+           "| same text | why decoding stopped |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(r["stop_reasons"].items(), key=lambda kv: -kv[1]))
         out.append(f"| {r['config']} | {fmt(r['p50_ms'], '.0f')} | {fmt(r['p95_ms'], '.0f')} "
                    f"| {r['decoded_per_request']:.1f} / {r['shown_per_request']:.1f} "
                    f"| {fmt(r['decoded_per_shown'], '.2f')} | {fmt(r['tokens_per_target_call'], '.2f')} "
-                   f"| {fmt(r['acceptance'], '.2f')} | {r['same_text']}/{r['requests']} | {stops} |")
+                   f"| {fmt(r['acceptance'], '.2f')} | {documents_cell(r)} | {r['same_text']}/{r['requests']} | {stops} |")
+    out += ["", "*Lookup from documents*: tokens prompt lookup proposed from the document beyond the prompt "
+            "and the other open documents, and how many of them the target wrote too (whether the "
+            "controller drafted them or not)."]
     goal = [r for r in rows if r["decoded_per_request"] <= 1.2 * r["shown_per_request"] + 4]
     out += ["", "Goal (tokens decoded <= 1.2 x shown + 4 per request, on average) met by: "
             + (", ".join(r["config"] for r in goal) or "none")]
     return "\n".join(out)
+
+
+def documents_cell(row: dict) -> str:
+    if row["documents_proposed"] is None:
+        return "-"
+    return f"{row['documents_proposed']} / {row['documents_written']}"
 
 
 def main(argv=None) -> int:
@@ -132,6 +197,8 @@ def main(argv=None) -> int:
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="folder of held-out .py files")
+    ap.add_argument("--real-files", action="store_true",
+                    help="real held-out source files of 8-40 KB instead of --files (see above)")
     ap.add_argument("--max-files", type=number(int, 1), default=3)
     ap.add_argument("--per-file", type=number(int, 1), default=6, help="end-of-line positions per file")
     ap.add_argument("--target", default="default")
@@ -143,7 +210,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         configs = chosen(args.configs, CONFIGS)
-        positions = positions_in(args.files, args.max_files, args.per_file)
+        positions = (real_positions(args.max_files, args.per_file) if args.real_files
+                     else positions_in(args.files, args.max_files, args.per_file))
     except UsageError as exc:
         print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
         return EXIT_USAGE
@@ -168,6 +236,15 @@ def positions_in(folder: Path, max_files: int, per_file: int) -> list[Position]:
     if not positions:
         raise UsageError(f"--files: no code lines in {folder}")
     return positions
+
+
+def real_positions(max_files: int, per_file: int) -> list[Position]:
+    """`per_file` end-of-line positions in each of `max_files` real held-out files."""
+    files = real_files(max_files)
+    if not files:
+        raise UsageError("--real-files: none of the held-out packages (training/corpus.py) is installed "
+                         "with a .py file of 8-40 KB")
+    return [pos for p in files for pos in end_of_line_positions(p, per_file)]
 
 
 def base_settings(target: str, draft: str, max_new_tokens: int) -> dict:

@@ -9,11 +9,14 @@ Workloads:
                to right, no cache between prompts)
   end-of-line  the cursor at the end of code lines of held-out files (bench/files), a multi-line
                answer each, through the real server over stdio (bench/end_of_line.py)
+  end-of-line-real  the same in real held-out files of 8-40 KB (end_of_line.real_files: longer
+               than the prompt's window, so prompt lookup also reads the rest of the document)
   replay       the keystroke replay: files typed into the real server, a request at every pause
                (bench/replay.py); also shown for the requests whose answer is multi-line
 Configurations: no-draft (the reference, always run), ngram (prompt lookup only), draft-heuristic
 (the draft model with the old +2/-1 rule), default (as shipped: draft model + lookup under the
-cost-aware controller). Each has its own engine (generate) or server (the other two), all loaded
+cost-aware controller); on request also ngram-prompt-only (lookup in the prompt and recent
+completions only, not the documents). Each has its own engine (generate) or server (the other two), all loaded
 before the first request; requests alternate between them, who goes first rotating, so load from
 other work on the machine slows them alike.
 
@@ -46,11 +49,16 @@ from bench.speedup import Costs, Speedup, Totals, measure_costs, speedup
 from completion.stats import percentile
 from lsp.arguments import EXIT_USAGE, OneLineParser, number
 
-WORKLOADS = ("generate", "end-of-line", "replay")
+WORKLOADS = ("generate", "end-of-line", "end-of-line-real", "replay")
+REAL = "end-of-line-real"
 MULTILINE = "replay, multi-line answers"
 BASELINE = "no-draft"
 LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`)",
           "draft-heuristic": "draft model, old +2/-1 rule", "default": "**default** (draft + lookup, cost-aware)"}
+# Run only when asked for (--configs): lookup without the documents, to see what they bring.
+EXTRA_CONFIGS = {"ngram-prompt-only": end_of_line.CONFIGS["ngram-prompt-only"]}
+EXTRA_LABELS = {"ngram-prompt-only": "prompt lookup only, prompt and completions (no documents)"}
+CONFIGS = {**DRAFT_CONFIGS, **EXTRA_CONFIGS}
 
 # Goals of issue 10 for the default configuration (shipped pair, this CPU).
 GOAL_SPEEDUP = 1.5          # (a) and (b) at p50
@@ -117,16 +125,17 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
     return records
 
 
-async def run_servers(settings: dict[str, dict], positions: list, scripts: list, time_scale: float,
+async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: list, time_scale: float,
                       log_dir: Path, env: dict) -> Results:
-    """End of line, then the replay, through one real server per configuration."""
+    """End of line (each set of positions: bench/files, real files), then the replay, through one
+    real server per configuration."""
     clients = await start_servers(settings, env, log_dir)
     out: Results = {}
     try:
-        if positions:
-            asked = await end_of_line.ask_at(clients, positions)
-            out["end-of-line"] = {name: [Request(str(i), r["ms"], r["text"], r if "rounds" in r else None)
-                                         for i, r in enumerate(rs)] for name, rs in asked.items()}
+        for workload, at in positions.items():
+            asked = await end_of_line.ask_at(clients, at)
+            out[workload] = {name: [Request(str(i), r["ms"], r["text"], r if "rounds" in r else None)
+                                    for i, r in enumerate(rs)] for name, rs in asked.items()}
         if scripts:
             typed = await replay.replay_interleaved(clients, scripts, time_scale, EDITOR_DEBOUNCE_MS)
             out["replay"] = {name: [Request(f"{r['file']}:{r['keystroke']}", r["latency_ms"], r["text"],
@@ -195,7 +204,7 @@ def table(rows: list[Row]) -> str:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         flat = "*" if r.speedup.flat_acceptance and r.speedup.predicted is not None else ""
-        out.append(f"| {r.workload} | {LABELS.get(r.config, r.config)} | {r.requests} ({r.model_runs}) "
+        out.append(f"| {r.workload} | {LABELS.get(r.config) or EXTRA_LABELS.get(r.config, r.config)} | {r.requests} ({r.model_runs}) "
                    f"| {_f(r.p50_ms, '.0f')} | {_f(r.p95_ms, '.0f')} | {_f(r.p50_speedup, '.2f', 'x')} "
                    f"| {_f(r.tokens_per_call, '.2f')} | {_f(r.acceptance, '.2f')} "
                    f"| {_f(r.speedup.achieved, '.2f', 'x')} | {_f(r.speedup.predicted, '.2f', 'x')}{flat} "
@@ -212,6 +221,20 @@ def costs_line(workload: str, costs: Costs | None) -> str:
         if costs.begin_model is not None else ""
     return (f"- {workload}: verify(1) {costs.verify_one:.2f} ms, +{costs.verify_per_token:.3f} ms per further "
             f"token; draft step per token: {steps}{begin}")
+
+
+def lookup_lines(results: Results) -> list[str]:
+    """What prompt lookup proposed from the documents beyond the prompt (end-of-line workloads)."""
+    lines = []
+    for workload, by_config in results.items():
+        for name, rs in by_config.items():
+            proposed, written = end_of_line.documents_lookup([r.engine for r in rs if r.engine])
+            if proposed is not None:
+                lines.append(f"- {workload}, {name}: {proposed} tokens proposed from the documents, "
+                             f"{written} of them written by the target too")
+    if not lines:
+        return []
+    return ["Prompt lookup beyond the prompt (the rest of the document, other open documents):", "", *lines, ""]
 
 
 def goals(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
@@ -270,6 +293,7 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
              "* = no per-position counts: the measured acceptance at every "
              "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's.", "",
              "Costs measured in this run:", "", *cost_lines, "",
+             *lookup_lines(results),
              "## Goals (default configuration)", "", "| goal | measured | met |", "|---|---|---|"]
     for goal, measured, met in goals(rows):
         lines.append(f"| {goal} | {measured} | {'-' if met is None else 'yes' if met else '**no**'} |")
@@ -284,7 +308,8 @@ def parse_args(argv: list[str], prog: str) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="the smallest useful run (sizes below still apply)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {', '.join(WORKLOADS)}")
     ap.add_argument("--configs", default=",".join(DRAFT_CONFIGS),
-                    help=f"comma-separated subset of {', '.join(DRAFT_CONFIGS)} ({BASELINE} always runs: the reference)")
+                    help=f"comma-separated subset of {', '.join(CONFIGS)} ({BASELINE} always runs: the reference; "
+                         f"default: {', '.join(DRAFT_CONFIGS)})")
     ap.add_argument("--target", default="default", help="targetModel setting")
     ap.add_argument("--draft", default="default", help="draftModel of the configurations that use one")
     ap.add_argument("--device", default="auto")
@@ -319,17 +344,20 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
     sizes = chosen_sizes(args)
     try:
         workloads = chosen(args.workloads, WORKLOADS, "workload")
-        configs = chosen(args.configs, DRAFT_CONFIGS)
+        configs = chosen(args.configs, CONFIGS)
         configs = [BASELINE] + [c for c in configs if c != BASELINE]
         base = replay.server_settings(args.target, args.draft, args.device, args.dtype, args.set)
-        positions = (end_of_line.positions_in(args.files, sizes.max_files, sizes.per_file)
-                     if "end-of-line" in workloads else [])
+        positions = {}
+        if "end-of-line" in workloads:
+            positions["end-of-line"] = end_of_line.positions_in(args.files, sizes.max_files, sizes.per_file)
+        if REAL in workloads:
+            positions[REAL] = end_of_line.real_positions(sizes.max_files, sizes.per_file)
         scripts = (replay.load_scripts(args.files, sizes.typed_lines, 0, sizes.max_files, EDITOR_DEBOUNCE_MS)
                    if "replay" in workloads else [])
     except UsageError as exc:
         print(f"{prog}: {exc} (see {prog} --help)", file=sys.stderr)
         return EXIT_USAGE
-    settings = {name: {**base, **DRAFT_CONFIGS[name]} for name in configs}
+    settings = {name: {**base, **CONFIGS[name]} for name in configs}
     load_before = _load()
     t0 = time.perf_counter()
     results: Results = {}
@@ -369,6 +397,9 @@ def describe(sizes: Sizes, workloads: list[str], scripts: list) -> str:
                      f"{sizes.max_new_tokens} new tokens")
     if "end-of-line" in workloads:
         parts.append(f"end of line: {sizes.per_file} positions in each of {sizes.max_files} files")
+    if REAL in workloads:
+        files = ", ".join(p.name for p in end_of_line.real_files(sizes.max_files))
+        parts.append(f"end of line, real files: {sizes.per_file} positions in each of {files}")
     if "replay" in workloads:
         keys = sum(len(s.keystrokes) for s in scripts)
         asks = sum(1 for s in scripts for k in s.keystrokes if k.request)

@@ -57,9 +57,19 @@ def _choose(logits: torch.Tensor, sampling: Sampling) -> tuple[int, float, torch
         q = target_probs(logits[None], sampling.temperature, sampling.top_k, sampling.top_p)[0]
         t = sample(q, sampling.gen)
         return t, float(q[t]), q
+    t, conf = _greedy(logits, sampling.confidence)
+    return t, conf, None
+
+
+def _greedy(logits: torch.Tensor, confidence: float) -> tuple[int, float]:
+    """The draft's greedy token and its probability. The softmax over the vocabulary only where
+    a confidence threshold will read it; otherwise the argmax of the logits (1.0 stands for the
+    probability: nothing compares it)."""
+    if confidence <= 0:
+        return int(logits.argmax()), 1.0
     probs = torch.softmax(logits, -1)
     t = int(probs.argmax())
-    return t, float(probs[t]), None
+    return t, float(probs[t])
 
 
 class ModelDrafter:
@@ -101,7 +111,7 @@ class ModelDrafter:
                 qs.append(q)
             if step == k - 1 or (conf < sampling.confidence):
                 break
-            logits = self.session.advance(ids + tokens, 1)[-1]
+            logits = self.session.append([t], 1)[-1]   # the cache holds ids + tokens[:-1]
         self.draft_calls += self.session.forward_calls - before
         return Draft(tokens, torch.stack(qs) if qs and len(qs) == len(tokens) else None)
 
@@ -187,6 +197,9 @@ class TextDrafter:
         self.prompt = prompt
         self.held = held                  # bytes in front of the shared continuation
         self.cont: list[int] = []         # draft ids covering a prefix of held + continuation
+        # After each sync: (n, text) where cont[:n] writes exactly `text`, a prefix of the shared
+        # bytes; the shared bytes only grow, so the next sync checks only the ids after n.
+        self.aligned: tuple[int, bytes] = (0, b"")
         self.session = self.pool.session_for(self.prompt)
         return self.session.sync(self.prompt[:-1]) if len(self.prompt) > 1 else (0, 0)
 
@@ -194,8 +207,11 @@ class TextDrafter:
         """Align the draft's ids with the shared bytes; return the pending bytes the next
         draft token must start with (a healed token, or bytes no draft token sequence writes)."""
         tb = self.dv.token_bytes
-        kept, pos = 0, 0
-        for tid in self.cont:
+        kept, done = self.aligned
+        if kept > len(self.cont) or not shared.startswith(done):
+            kept, done = 0, b""
+        pos = len(done)
+        for tid in self.cont[kept:]:    # the ids since the last sync: what the draft drafted
             b = tb[tid]
             if shared[pos:pos + len(b)] != b:
                 break
@@ -204,6 +220,7 @@ class TextDrafter:
         del self.cont[kept:]
         rest = shared[pos:]
         if not rest:      # the draft's own tokens write the text: nothing to heal
+            self.aligned = (kept, shared)
             return b""
         src = _suffix_writing(self.tv, seq[self.offset:], len(rest))
         if src and not self.held[pos:]:
@@ -212,12 +229,15 @@ class TextDrafter:
             ids = self.dv.continuation_ids(self.prompt + self.cont, rest)
         written = len(self.dv.bytes_of(ids))
         self.cont.extend(ids)
+        end = pos + written
         if ids and written == len(rest):
             back = self._unnatural_tail(seq, len(shared) - len(self.held))
             if back:
                 held = self.dv.bytes_of(self.cont[-back:])
                 del self.cont[-back:]
+                self.aligned = (len(self.cont), shared[:end - len(held)])
                 return held
+        self.aligned = (len(self.cont), shared[:end])
         return rest[written:]
 
     def _unnatural_tail(self, seq: list[int], generated: int) -> int:
@@ -281,9 +301,7 @@ class TextDrafter:
                 if mask is None:
                     break
                 logits = logits.masked_fill(~mask, float("-inf"))
-            probs = torch.softmax(logits, -1)
-            t = int(probs.argmax())
-            conf = float(probs[t])
+            t, conf = _greedy(logits, sampling.confidence)
             if t in self.dv.special_ids:
                 break
             b = tb[t]
@@ -296,7 +314,7 @@ class TextDrafter:
             # k steps, the healed one among them; one more only if those wrote nothing new
             if step >= k and (new or step > k) or (new and not pending and conf < sampling.confidence):
                 break
-            logits = self.session.advance(base + drafted, 1)[-1]
+            logits = self.session.append([t], 1)[-1]   # the cache holds base + drafted[:-1]
         self.draft_calls += self.session.forward_calls - before
         self.cont.extend(drafted)
         if not new:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+LOOKBEHIND_TOKENS = 8   # context tokens re-encoded in front of a continuation (at most)
 
 
 def _byte_level_decoder() -> dict[str, int]:
@@ -105,7 +106,7 @@ class TokenVocab:
         where leftover is a trailing incomplete UTF-8 character that was not encoded."""
         tb = self.token_bytes
         lb_ids: list[int] = []
-        for tid in reversed(context_ids[-8:]):
+        for tid in reversed(context_ids[-LOOKBEHIND_TOKENS:]):
             if tid in self.special_ids:
                 break
             lb_ids.insert(0, tid)
@@ -153,7 +154,7 @@ class TokenVocab:
         model's junk) with the vocabulary's byte pieces (byte fallback `<0xE4>`, byte-level
         single bytes), as a model would have produced them. Stops early only at a byte no
         token can write."""
-        ctx = list(context_ids)
+        ctx = list(context_ids[-LOOKBEHIND_TOKENS:])   # all encode_continuation reads of it
         ids: list[int] = []
         while new:
             end = _text_prefix_len(new)

@@ -14,19 +14,19 @@ the same in both (prefetching is lossless).
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
 from pathlib import Path
 
-from bench.common import DEFAULT_FILES, close_all, rotated, server_env, start_servers
+from bench.common import (add_file_options, add_model_options, bench_parser, close_all, rotated, server_env,
+                          start_servers, usage_error)
 from bench.end_of_line import Position, base_settings, positions_in
 from bench.lsp_client import LspClient
 from bench.replay import UsageError
 from completion.stats import percentile
 from lsp import commands
-from lsp.arguments import EXIT_USAGE, OneLineParser, number
+from lsp.arguments import number
 
 PROG = "python -m bench.accept_latency"
 CONFIGS = {"prefetch": {"prefetch": True}, "no prefetch": {"prefetch": False}}
@@ -123,16 +123,13 @@ def table(records: dict[str, list[dict]], prefetch: dict[str, dict], meta: str) 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="folder of held-out .py files")
-    ap.add_argument("--max-files", type=number(int, 1), default=3)
+    ap = bench_parser(PROG, __doc__)
+    add_file_options(ap)
     ap.add_argument("--per-file", type=number(int, 1), default=4, help="chains per file")
     ap.add_argument("--accepts", type=number(int, 1), default=3, help="suggestions accepted in a row")
     ap.add_argument("--think-ms", type=number(float, 0), default=400.0,
                     help="time between a suggestion shown and Tab (reading it)")
-    ap.add_argument("--target", default="default")
-    ap.add_argument("--draft", default="default")
+    add_model_options(ap)
     ap.add_argument("--max-new-tokens", type=number(int, 1), default=64)
     ap.add_argument("--threads", type=number(int, 1), default=1, help="torch threads per server")
     ap.add_argument("--out", type=Path, default=None, help="also write the table to this file")
@@ -140,8 +137,7 @@ def main(argv=None) -> int:
     try:
         positions = positions_in(args.files, args.max_files, args.per_file)
     except UsageError as exc:
-        print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(PROG, exc)
     base = base_settings(args.target, args.draft, args.max_new_tokens)
     t0 = time.perf_counter()
     records, prefetch = asyncio.run(run({name: {**base, **s} for name, s in CONFIGS.items()}, positions,

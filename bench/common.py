@@ -1,10 +1,12 @@
-"""Pieces every benchmark here shares: where things are, the draft configurations compared, a real
-server over stdio (started, waited on), prompts for an engine, a forward-pass counter.
+"""Pieces every benchmark here shares: where things are, the draft configurations compared, the
+command line's parser and the options most benchmarks take, a real server over stdio (started,
+waited on), prompts for an engine, a forward-pass counter.
 
 Nothing heavy at import time: `specfill bench` imports this before torch may load.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import random
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from bench.lsp_client import LspClient, initialize_params
 from lsp import commands
+from lsp.arguments import EXIT_USAGE, OneLineParser, number
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILES = Path(__file__).resolve().parent / "files"      # held out: not in the default pair's training data
@@ -27,6 +30,40 @@ DRAFT_CONFIGS: dict[str, dict] = {
     "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},   # the draft model, old +2/-1 rule
     "default": {},
 }
+
+
+def bench_parser(prog: str, doc: str, description: str | None = None) -> OneLineParser:
+    """A benchmark's command line: a bad one is a one-line error; `--help` shows `description`
+    (by default the first line of `doc`, the module's docstring), the options, then all of `doc`
+    as written."""
+    return OneLineParser(prog=prog, description=doc.splitlines()[0] if description is None else description,
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
+
+
+def add_file_options(ap: argparse.ArgumentParser, files_help: str | None = "folder of held-out .py files",
+                     max_files_help: str | None = None, max_files_default: int | None = 3) -> None:
+    """--files (a folder of .py files, bench/files by default) and --max-files (how many of them,
+    at least 1)."""
+    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help=files_help)
+    ap.add_argument("--max-files", type=number(int, 1), default=max_files_default, help=max_files_help)
+
+
+def add_model_options(ap: argparse.ArgumentParser, target_help: str | None = None,
+                      draft_help: str | None = None) -> None:
+    """--target and --draft: the servers' targetModel and draftModel settings ("default" by default)."""
+    ap.add_argument("--target", default="default", help=target_help)
+    ap.add_argument("--draft", default="default", help=draft_help)
+
+
+def add_set_option(ap: argparse.ArgumentParser, help: str) -> None:
+    """--set NAME=VALUE, repeatable: any other server setting (checked by bench.replay.server_settings)."""
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=help)
+
+
+def usage_error(prog: str, message) -> int:
+    """Says what is wrong with the command line in one line on stderr; returns the exit code."""
+    print(f"{prog}: {message} (see {prog} --help)", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def rotated(names: list[str], i: int) -> list[str]:

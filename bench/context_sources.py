@@ -19,13 +19,13 @@ would take it) and the characters of shown suggestions that agree with what is t
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 from pathlib import Path
 
-from bench.common import DEFAULT_FILES, DEFAULT_OUT, close_all, rotated, server_env, start_servers
+from bench.common import (DEFAULT_OUT, add_file_options, add_model_options, add_set_option, bench_parser, close_all,
+                          rotated, server_env, start_servers)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, apply, block_start, cursor_after, utf16_column
 from bench.replay import UsageError, load_scripts, server_settings
 from completion.stats import percentile
@@ -165,17 +165,13 @@ def table(rows: list[dict]) -> str:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m bench.context_sources", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES)
-    ap.add_argument("--max-files", type=int, default=3)
+    ap = bench_parser("python -m bench.context_sources", __doc__, description=__doc__.split("\n\n")[0])
+    add_file_options(ap, files_help=None)
     ap.add_argument("--typed-lines", type=int, default=12)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--target", default="default")
-    ap.add_argument("--draft", default="default")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="a server setting for every configuration (e.g. extraTokens=512)")
+    add_model_options(ap)
+    add_set_option(ap, "a server setting for every configuration (e.g. extraTokens=512)")
     ap.add_argument("--time-scale", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)

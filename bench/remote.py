@@ -15,7 +15,6 @@ llama-server is the cached build of tests/e2e/remote/install_llama_server.py (bu
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import re
 import sys
@@ -24,14 +23,15 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import DEFAULT_FILES, close_all, server_env, start_server, start_servers, wait_loaded
+from bench.common import (add_file_options, bench_parser, close_all, server_env, start_server, start_servers,
+                          wait_loaded)
 from bench.end_of_line import ask_at, base_settings, positions_in, summarize, table
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, typing_script
 from bench.lsp_client import LspClient, LspError
 from bench.replay import UsageError, python_files, replay_interleaved
 from completion.stats import percentile
 from lsp import commands
-from lsp.arguments import EXIT_USAGE, OneLineParser, number
+from lsp.arguments import EXIT_USAGE, number
 
 PROG = "python -m bench.remote"
 LOG_DIR = Path("/tmp/specfill-bench-remote-logs")
@@ -140,10 +140,8 @@ def load_table(rows: list[dict], reuse: dict, meta: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="folder of held-out .py files")
-    ap.add_argument("--max-files", type=number(int, 1), default=3)
+    ap = bench_parser(PROG, __doc__)
+    add_file_options(ap)
     ap.add_argument("--editors", type=number(int, 1), default=8, help="simulated editors in the load run")
     ap.add_argument("--slots", type=number(int, 0), default=0, help="llama-server --parallel (0: one per editor)")
     ap.add_argument("--llama-server", type=Path, default=None,

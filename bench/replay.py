@@ -21,7 +21,6 @@ latency.png to the output folder.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -33,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import report
-from bench.common import (DEFAULT_FILES, DEFAULT_OUT, DRAFT_CONFIGS, CallCounter, close_all, rotated, server_env,
-                          start_servers)
+from bench.common import (DEFAULT_OUT, DRAFT_CONFIGS, CallCounter, add_file_options, add_model_options,
+                          add_set_option, bench_parser, close_all, rotated, server_env, start_servers, usage_error)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, TypingScript, apply, cursor_after, typing_script, utf16_column
 from bench.lsp_client import LspClient
 from lsp import commands
-from lsp.arguments import EXIT_USAGE, OneLineParser, number
+from lsp.arguments import number
 
 SERVER_CONFIGS = {
     "full": DRAFT_CONFIGS["default"],
@@ -192,7 +191,10 @@ class PromptCapture:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def generate(self, target_ids, draft_ids=None, settings=None, stop_ids=(), cancel=None, stop_check=None):
+    def generate(self, target_ids, draft_ids=None, settings=None, stop_ids=(), cancel=None, stop_check=None,
+                 lookup_texts=None):
+        # lookup_texts (the documents prompt lookup reads) only guide the engine's drafting:
+        # transformers generate() has no use for them.
         raise _Captured(list(target_ids), draft_ids, settings, tuple(stop_ids), stop_check)
 
 
@@ -306,22 +308,17 @@ PROG = "specfill bench"
 
 
 def parse_args(argv):
-    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = bench_parser(PROG, __doc__)
     ap.add_argument("--suite", action="store_true",
                     help="run the benchmark suite instead: every workload, draft configurations interleaved "
                          "(specfill bench --suite --help)")
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES,
-                    help="folder of .py files to type (default: bench/files, not in the default pair's training data)")
-    ap.add_argument("--max-files", type=number(int, 1), default=3, help="type at most this many files (sorted by name)")
+    add_file_options(ap, "folder of .py files to type (default: bench/files, not in the default pair's training data)",
+                     "type at most this many files (sorted by name)")
     ap.add_argument("--typed-lines", type=number(int, 1), default=12, help="lines typed per file (a block in the middle)")
-    ap.add_argument("--target", default="default", help="targetModel setting")
-    ap.add_argument("--draft", default="default", help="draftModel setting")
+    add_model_options(ap, "targetModel setting", "draftModel setting")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="any other server setting, e.g. --set maxNewTokens=32 (repeatable), "
-                         "as for `specfill complete`")
+    add_set_option(ap, "any other server setting, e.g. --set maxNewTokens=32 (repeatable), as for `specfill complete`")
     ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
                     help=f"comma-separated subset of {','.join(ALL_CONFIGS)}")
     ap.add_argument("--time-scale", type=number(float, 0), default=0.1,
@@ -376,8 +373,7 @@ def main(argv=None) -> int:
     try:
         return run(args, argv)
     except UsageError as exc:
-        print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(PROG, exc)
 
 
 def run(args, argv: list[str]) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,14 @@ def describe(celsius: float) -> str:
 '''
 
 
+def small_files(tmp_path) -> Path:
+    """A folder of .py files for a benchmark's --files: SMALL alone."""
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "small.py").write_text(SMALL)
+    return files
+
+
 def test_typing_script_rebuilds_the_file_and_asks_for_completions():
     script = typing_script("small.py", SMALL, typed_lines=4, seed=0)
     lines = script.initial_text.split("\n")
@@ -44,9 +53,7 @@ def test_typing_script_rebuilds_the_file_and_asks_for_completions():
 @pytest.mark.timeout(600)   # includes building the tiny pair when no other test has
 def test_replay_reports_figures_for_server_and_transformers(tmp_path):
     target, draft = tiny_pair()
-    files = tmp_path / "files"
-    files.mkdir()
-    (files / "small.py").write_text(SMALL)
+    files = small_files(tmp_path)
     out = tmp_path / "out"
     rc = replay.main(["--files", str(files), "--typed-lines", "3", "--target", target, "--draft", draft,
                       "--device", "cpu", "--dtype", "float32", "--configs", "full,hf-plain",

@@ -9,15 +9,13 @@ import pytest
 
 from bench import accept_latency
 from tests.e2e.lsp_helpers import tiny_pair
-from tests.e2e.test_bench import SMALL
+from tests.e2e.test_bench import small_files
 
 
 @pytest.mark.timeout(600)   # includes building the tiny pair when no other test has
 def test_accept_chains_are_answered_from_the_prefetch_and_agree(tmp_path):
     target, draft = tiny_pair()
-    files = tmp_path / "files"
-    files.mkdir()
-    (files / "small.py").write_text(SMALL)
+    files = small_files(tmp_path)
     out = tmp_path / "table.md"
     rc = accept_latency.main(["--files", str(files), "--per-file", "2", "--accepts", "2", "--think-ms", "50",
                               "--target", target, "--draft", draft, "--max-new-tokens", "16",

@@ -10,15 +10,13 @@ import pytest
 
 from bench import context_sources
 from tests.e2e.lsp_helpers import tiny_pair
-from tests.e2e.test_bench import SMALL
+from tests.e2e.test_bench import small_files
 
 
 @pytest.mark.timeout(600)   # includes building the tiny pair when no other test has
 def test_context_benchmark_runs_every_configuration_on_the_same_requests(tmp_path, capsys):
     target, draft = tiny_pair()
-    files = tmp_path / "files"
-    files.mkdir()
-    (files / "small.py").write_text(SMALL)
+    files = small_files(tmp_path)
     out = tmp_path / "out"
     rc = context_sources.main(["--files", str(files), "--typed-lines", "3", "--target", target, "--draft", draft,
                                "--set", "device=cpu", "--set", "extraTokens=512", "--configs", "none,all",

@@ -15,7 +15,7 @@ from completion.pipeline import CompletionOptions, CompletionPipeline, Completio
 from engine import Engine, EngineConfig
 from engine import lookup as lk
 from engine.drafters import Sampling
-from engine.lookup import BlockIndex, LookupText, NgramDrafter, line_blocks
+from engine.lookup import Agreement, BlockIndex, LookupText, NgramDrafter, line_blocks
 from engine.vocab import build_vocab
 from tests.completion_fixtures import llama_style_tokenizer
 
@@ -171,6 +171,36 @@ def test_a_longer_match_in_the_document_beats_a_short_one_in_the_prompt(vocab):
     assert far.match > near.match and d.stats.proposed == {"document": 1}
 
 
+def test_copies_from_the_documents_are_cut_where_they_stop_agreeing():
+    copies = Agreement()
+    assert copies.worth(16) >= 8                 # before any evidence: long copies (as long matches)
+    for _ in range(20):                          # right for two tokens, then not
+        assert copies.record([1, 2, 3, 4, 5, 6], [1, 2, 9, 9, 9, 9]) == 2
+    assert copies.worth(16) == 2
+    for _ in range(20):                          # written only so far: later tokens are not counted
+        copies.record([1, 2, 3], [1])
+    assert copies.seen[:3] == [40, 20, 20] and copies.worth(16) == 2
+    for _ in range(100):                         # now mostly wrong at the second token
+        copies.record([1, 2, 3], [1, 9, 9])
+    assert copies.worth(16) == 1
+    for _ in range(200):                         # then right throughout
+        copies.record(list(range(16)), list(range(16)))
+    assert copies.worth(16) == 16
+
+
+def test_the_drafter_learns_how_far_its_copies_agree(vocab):
+    lines = code_lines(200)
+    d = drafter_on(vocab, lines, (199, 0))
+    seq = vocab.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
+    first = d.propose(seq, b"", 12, GREEDY).tokens
+    assert len(first) == 12
+    for _ in range(30):                          # the target wrote something else each time
+        d.propose(seq + [first[0] + 1], b"", 12, GREEDY)
+        d.propose(seq, b"", 12, GREEDY)
+    assert len(d.propose(seq, b"", 12, GREEDY).tokens) == 1
+    assert d.stats.agreed["document"] == 0
+
+
 # ------------------------------------------------------------------------------ the shipped pair
 
 @pytest.fixture(scope="module")
@@ -198,9 +228,15 @@ def far_copy_case(engines):
     return doc, "\n".join(place) + stats["raw_text"], answer, stats
 
 
+def fresh_lookup() -> Engine:
+    """An engine whose lookup has not yet learned how far copies from the documents agree."""
+    return Engine(EngineConfig(target="default", draft="ngram", device="cpu"))
+
+
 def test_code_far_above_the_window_is_drafted_and_verified(engines):
     """The target's own answer at a place also written far above, outside the prompt's window:
     lookup reads it in the document, drafts it, and the target accepts it."""
+    engines = {**engines, "ngram": fresh_lookup()}
     doc, copy, answer, plain = far_copy_case(engines)
     copy_lines = copy.split("\n")
     # Lines added above in whole steps of the prompt window's start: the prompt stays the same.
@@ -221,6 +257,7 @@ def test_code_far_above_the_window_is_drafted_and_verified(engines):
 
 
 def test_code_in_another_open_document_is_drafted_and_verified(engines):
+    engines = {**engines, "ngram": fresh_lookup()}
     doc, copy, answer, plain = far_copy_case(engines)
     lines = doc.split("\n")
     runs = {}

@@ -1,0 +1,254 @@
+"""What a speculative round costs outside the models' own math: the draft model's step (the
+other-tokenizer bookkeeping around its forward) and the engine's round (planning, scoring,
+verification, stop checks, stats), for this tree's engine and an older commit's, side by side
+in one run.
+
+    python -m bench.round_cost                          # against DEFAULT_BASELINE, k = 4 and auto
+    python -m bench.round_cost --baseline HEAD~2 --draft-lengths 4 --reps 3
+    python -m bench.round_cost --baseline none          # this tree alone
+
+Both engines run the shipped pair on the same held-out prompts (bench.common.held_out_prompts,
+as `specfill generate` runs them: no cache reuse between prompts), one torch thread, the two
+engines alternating prompt by prompt. "Model math" is the time inside the lean models' own
+forward (LeanLlama / LeanBigCode `__call__`); everything else the engine does is outside it:
+turning ids into tensors and back, KV-session bookkeeping, drafting through text, planning,
+verification, stop checks and stats. The draft model's prefill (its first round in a request)
+is a prefill, not a step: it is left out of the step and round figures and shown on its own.
+Every output is checked against the other engine's (greedy: they must be equal).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections import defaultdict
+from io import BytesIO
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+# The engine before this round of overhead cuts (issue 10, item 3).
+DEFAULT_BASELINE = "2eb4f92"
+# Engine functions timed, by module: what each is, in the figures.
+PHASES = {
+    "generate": {"_draft": "draft", "_begin_model": "draft prefill", "plan_round": "plan", "_score": "score",
+                 "_verify": "verify", "_record": "record", "_accept": "accept"},
+}
+ROUND_PHASES = ("draft", "score", "verify", "record", "accept")
+COLUMNS = (*ROUND_PHASES, "loop", "plan", "propose")   # plan and propose are parts of draft
+
+
+def engine_at(ref: str, into: Path):
+    """The `engine` package as it was at git `ref`, imported under its own name, so both
+    engines run in one process (it imports nothing outside itself but torch, transformers,
+    tokenizers)."""
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    data = subprocess.run(["git", "archive", "--format=tar", sha, "engine"], cwd=ROOT, capture_output=True,
+                          check=True).stdout
+    top = into / f"at_{sha}"
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(top, filter="data")
+    name = f"engine_at_{sha}"
+    (top / "engine").rename(top / name)
+    sys.path.insert(0, str(top))
+    return importlib.import_module(name), sha
+
+
+class Timers:
+    """Inclusive wall time per phase, and the model math done inside each phase."""
+
+    def __init__(self):
+        self.ms = defaultdict(float)
+        self.calls = defaultdict(int)
+        self.math = defaultdict(float)     # phase -> model math inside it
+        self.math_calls = defaultdict(int)
+        self.stack: list[str] = []
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        fn = getattr(owner, name, None)
+        if fn is None:
+            return
+        timers = self
+
+        def timed(*args, **kwargs):
+            timers.stack.append(label)
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                timers.ms[label] += (time.perf_counter() - t0) * 1000
+                timers.calls[label] += 1
+                timers.stack.pop()
+        setattr(owner, name, timed)
+
+    def wrap_math(self, owner, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+        timers = self
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ms = (time.perf_counter() - t0) * 1000
+                for phase in set(timers.stack):
+                    timers.math[phase] += ms
+                    timers.math_calls[phase] += 1
+                timers.math[label] += ms
+                timers.calls[label] += 1
+        setattr(owner, name, timed)
+
+    def reset(self) -> None:
+        self.ms.clear()
+        self.calls.clear()
+        self.math.clear()
+        self.math_calls.clear()
+
+
+def instrument(pkg, engine) -> Timers:
+    """Time the engine's phases and its models' math (patched on this engine's classes and
+    modules only)."""
+    timers = Timers()
+    gen = importlib.import_module(pkg.__name__ + ".generate")
+    lean = importlib.import_module(pkg.__name__ + ".lean")
+    for fn, label in PHASES["generate"].items():
+        timers.wrap(gen, fn, label)
+    timers.wrap_math(lean.LeanLlama, "__call__", "target math")
+    timers.wrap_math(lean.LeanBigCode, "__call__", "draft math")
+    model = engine.drafters.model
+    if model is not None:
+        timers.wrap(model, "propose", "propose")   # this instance only
+    return timers
+
+
+def run_one(engine, prompt, settings, timers: Timers, totals: dict) -> list[int]:
+    result = engine.generate(prompt[0], prompt[1], settings)
+    s = result.stats
+    totals["latency"] += s.latency_ms
+    totals["prefill"] += s.prefill_ms
+    totals["rounds"] += s.rounds
+    totals["new"] += s.new_tokens
+    totals["drafted"] += s.drafted
+    totals["calls"] += 1
+    if s.controller:
+        totals["step_ms"] = (s.controller.get("model") or {}).get("step_ms")
+    return result.token_ids
+
+
+def report(name: str, t: Timers, totals: dict) -> dict:
+    """The figures of one engine and configuration (printed and returned)."""
+    rounds = max(1, int(totals["rounds"]))
+    prefill_draft = t.ms["draft prefill"]
+    decode = totals["latency"] - totals["prefill"] - prefill_draft
+    round_ms = sum(t.ms[p] for p in ROUND_PHASES) - prefill_draft
+    math = t.math["draft"] - t.math["draft prefill"] + t.math["score"]
+    outside = decode - math
+    proposes = t.calls["propose"]
+    prop = {}
+    if proposes:
+        draft_fwd = t.math["propose"]
+        prop = {"calls": proposes, "ms": t.ms["propose"] / proposes, "math": draft_fwd / proposes,
+                "outside": (t.ms["propose"] - draft_fwd) / proposes,
+                "forwards": t.math_calls["propose"] / proposes}
+    phases = {p: (t.ms[p] - t.math[p]) / rounds for p in ROUND_PHASES}
+    phases["draft"] -= (prefill_draft - t.math["draft prefill"]) / rounds
+    phases["loop"] = (decode - round_ms) / rounds
+    # inside "draft": the controller's plan and the draft model's propose, outside its math
+    phases["plan"] = t.ms["plan"] / rounds
+    phases["propose"] = (t.ms["propose"] - t.math["propose"]) / rounds
+    return {"name": name, "rounds": rounds, "decode_ms_per_round": decode / rounds,
+            "math_ms_per_round": math / rounds, "outside_ms_per_round": outside / rounds,
+            "outside_share": outside / decode if decode > 0 else 0.0, "phases": phases, "propose": prop,
+            "tokens_per_round": totals["new"] / rounds, "drafted_per_round": totals["drafted"] / rounds,
+            "step_ms": totals.get("step_ms"), "draft_prefill_ms": prefill_draft}
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'engine':<20} {'rounds':>6} {'drafted':>7} {'tokens':>6} {'ms/round':>8} {'math':>7} {'outside':>7} "
+          f"{'share':>6} | outside the math, ms per round: " + " ".join(f"{p:>7}" for p in COLUMNS))
+    for r in rows:
+        print(f"{r['name']:<20} {r['rounds']:>6} {r['drafted_per_round']:>7.2f} {r['tokens_per_round']:>6.2f} "
+              f"{r['decode_ms_per_round']:>8.3f} {r['math_ms_per_round']:>7.3f} {r['outside_ms_per_round']:>7.3f} "
+              f"{r['outside_share']:>6.1%} | " + " " * 32 + " ".join(f"{r['phases'][p]:>7.3f}" for p in COLUMNS))
+    print(f"\n{'engine':<20} {'proposes':>8} {'ms/propose':>10} {'math':>7} {'outside':>8} {'forwards':>8} "
+          f"{'math/forward':>12} {'outside/forward':>15} {'controller step_ms':>18}")
+    for r in rows:
+        p = r["propose"]
+        if not p:
+            continue
+        fw = p["forwards"] or 1
+        step = "-" if r["step_ms"] is None else f"{r['step_ms']:.3f}"
+        print(f"{r['name']:<20} {p['calls']:>8} {p['ms']:>10.3f} {p['math']:>7.3f} {p['outside']:>8.3f} "
+              f"{fw:>8.2f} {p['math'] / fw:>12.3f} {p['outside'] / fw:>15.3f} {step:>18}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref whose engine runs alongside ('none' to skip)")
+    ap.add_argument("--ref", default=None, help="git ref of the engine to measure (default: this working tree's)")
+    ap.add_argument("--prompts", type=int, default=12)
+    ap.add_argument("--prompt-chars", type=int, default=1200)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--draft-lengths", default="4,auto", help="comma-separated: numbers and/or auto")
+    ap.add_argument("--reps", type=int, default=2, help="passes over the prompts (the first one warms up)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(ROOT))
+    from bench.common import held_out_prompts, prompt_ids
+    import engine as this_pkg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pkgs = [("this tree", this_pkg)]
+        if args.ref is not None:
+            pkg, sha = engine_at(args.ref, Path(tmp))
+            pkgs = [(f"engine {sha}", pkg)]
+        if args.baseline != "none":
+            pkg, sha = engine_at(args.baseline, Path(tmp))
+            pkgs.append((f"baseline {sha}", pkg))
+        texts = held_out_prompts(args.prompts, args.prompt_chars)
+        print(f"torch {torch.__version__}, 1 thread; {args.prompts} prompts of {args.prompt_chars} characters, "
+              f"{args.max_new_tokens} new tokens, {args.reps} passes (the first not counted); shipped pair")
+        for length in args.draft_lengths.split(","):
+            draft_length = length if length == "auto" else int(length)
+            engines = []
+            for label, pkg in pkgs:
+                eng_mod = importlib.import_module(pkg.__name__ + ".engine")
+                set_mod = importlib.import_module(pkg.__name__ + ".settings")
+                engine = eng_mod.Engine(set_mod.EngineConfig(threads=1, kv_reuse=False))
+                settings = set_mod.GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=draft_length)
+                prompts = [prompt_ids(engine, t) for t in texts]
+                engines.append((label, engine, settings, prompts, instrument(pkg, engine)))
+            outputs: dict[tuple[str, int], list[int]] = {}
+            totals = {label: defaultdict(float) for label, *_ in engines}
+            for rep in range(args.reps):
+                for _, _, _, _, timers in engines:
+                    timers.reset()
+                totals = {label: defaultdict(float) for label, *_ in engines}
+                for i in range(len(texts)):
+                    order = engines if i % 2 == 0 else engines[::-1]
+                    for label, engine, settings, prompts, timers in order:
+                        outputs[(label, i)] = run_one(engine, prompts[i], settings, timers, totals[label])
+            rows = [report(label, timers, totals[label]) for label, _, _, _, timers in engines]
+            same = sum(len({tuple(outputs[(label, i)]) for label, *_ in engines}) == 1 for i in range(len(texts)))
+            print(f"\n## draft length {length}: outputs equal across engines {same}/{len(texts)}\n")
+            print_table(rows)
+            if len(rows) == 2:
+                a, b = rows
+                ratio = lambda x, y: f"{y / x:.2f}x" if x > 0 else "-"  # noqa: E731
+                line = (f"\n{a['name']} vs {b['name']}: outside the math per round {b['outside_ms_per_round']:.3f} -> "
+                        f"{a['outside_ms_per_round']:.3f} ms ({ratio(a['outside_ms_per_round'], b['outside_ms_per_round'])} less)")
+                if a["propose"] and b["propose"]:
+                    line += (f"; per propose outside the draft's math {b['propose']['outside']:.3f} -> "
+                             f"{a['propose']['outside']:.3f} ms ({ratio(a['propose']['outside'], b['propose']['outside'])} less)")
+                print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -84,12 +84,12 @@ class Block:
 
 
 def _last_ends(ids: list[int], n: int) -> dict[int, int]:
+    """hash(ids[i - n + 1:i + 1]) -> i, the latest i of each (a dict keeps the last value given)."""
     # The block's last token is never a key's end: a key needs a continuation in its own block
     # (this is also why the text before the cursor never proposes the text after it).
-    out: dict[int, int] = {}
-    for i in range(n - 1, len(ids) - 1):
-        out[hash(tuple(ids[i - n + 1:i + 1]))] = i
-    return out
+    body = ids[:-1]
+    runs = zip(*(body[j:] for j in range(n)))
+    return dict(zip(map(hash, runs), range(n - 1, len(body))))
 
 
 @dataclass

@@ -46,6 +46,29 @@ def test_reuse_matches_fresh_forward(kind, lean):
                                        atol=1e-4, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-forward", "transformers-forward"])
+@pytest.mark.parametrize("kind", ["llama", "bigcode"])
+def test_append_steps_one_token_after_another_like_a_fresh_forward(kind, lean):
+    # A draft model's steps: each appends its token to what the cache holds (the one-token step of
+    # the lean forward takes its id tensor as a slice of a table of every id), outside and inside
+    # inference mode.
+    model = tiny_model(kind, VOCAB)
+    session = KVSession(model, max_tokens=512, forward=make_forward(model, make_lean(model) if lean else None))
+    ids = torch.randint(0, VOCAB, (30,), generator=torch.Generator().manual_seed(1)).tolist()
+    session.advance(ids)
+    for i, token in enumerate([0, VOCAB - 1, 17, 17, 250]):
+        ids.append(token)
+        if i % 2:
+            with torch.inference_mode():
+                got = session.append([token])
+        else:
+            got = session.append([token])
+        assert session.ids == ids
+        torch.testing.assert_close(got, _fresh(model, ids, 1), atol=1e-4, rtol=1e-4, msg=str(i))
+    torch.testing.assert_close(session.append([3, 4], n_logits=2), _fresh(model, ids + [3, 4], 2),
+                               atol=1e-4, rtol=1e-4)
+
+
 def test_pool_switches_between_documents_without_losing_either():
     model = tiny_model("llama", VOCAB)
     pool = KVPool(model, max_sessions=2, max_tokens=512)

@@ -117,15 +117,33 @@ async function quiet(page, what, quietMs, timeoutMs, status = false) {
   }, timeoutMs, 50);
 }
 
-async function panelText(page) {
-  return page.evaluate(() => {
-    const lines = [...document.querySelectorAll('.part.panel .monaco-editor .view-lines .view-line')];
+// The text of the Monaco editor inside `where` (the editor group or the panel), top to bottom.
+async function editorLines(page, where) {
+  return page.evaluate((where) => {
+    const lines = [...document.querySelectorAll(`${where} .monaco-editor .view-lines .view-line`)];
     return lines
       .map((l) => ({ top: parseFloat(l.style.top || '0'), text: (l.textContent || '').replace(/\u00a0/g, ' ') }))
       .sort((a, b) => a.top - b.top)
       .map((l) => l.text)
       .join('\n');
-  });
+  }, where);
+}
+
+async function panelText(page) {
+  return editorLines(page, '.part.panel');
+}
+
+async function editorText(page) {
+  return editorLines(page, '.editor-group-container');
+}
+
+// Runs a command by its title from the command palette (F1).
+async function runCommand(page, title) {
+  await page.keyboard.press('F1');
+  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: 20000 });
+  await page.keyboard.type(title, { delay: 20 });
+  await new Promise((r) => setTimeout(r, 1000));
+  await page.keyboard.press('Enter');
 }
 
 async function broken(page) {
@@ -159,11 +177,7 @@ async function manual(page) {
   result.statusBeforeInvoke = await statusBarText(page);
   step('before invoke', { status: result.statusBeforeInvoke });
   await page.screenshot({ path: path.join(out, '2-typed.png') });
-  await page.keyboard.press('F1');
-  await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: 20000 });
-  await page.keyboard.type('Trigger Inline Suggestion', { delay: 20 });
-  await new Promise((r) => setTimeout(r, 1000));
-  await page.keyboard.press('Enter');
+  await runCommand(page, 'Trigger Inline Suggestion');
   step('invoked');
   await waitFor('ghost text', async () => (await ghostSuggestion(page)).trim() !== '', 120000, 100);
   await quiet(page, 'ghost text and status bar', 1000, 60000, true);
@@ -298,28 +312,59 @@ async function cycle(page) {
   result.back = await settledGhost(page, 'a suggestion after Alt+[', (g) => g.trim() !== '' && g !== result.next);
   step('back', { suggestion: result.back });
   await page.screenshot({ path: path.join(out, '4-back.png') });
-  // Read it as a person would before accepting (and past the extension's SETTLE_MS).
+  await acceptAndSave(page, () => quiet(page, 'ghost text', 1500, 60000), '5-accepted.png');
+}
+
+// Scenarios `complete` and `cycle` end alike: the suggestion shown is read once more as a person
+// would before accepting it (and past the extension's SETTLE_MS), Tab, `settle` waits out
+// what Tab changes, a screenshot `shot`, then the file is saved and read back from disk.
+async function acceptAndSave(page, settle, shot) {
   await new Promise((r) => setTimeout(r, 1000));
   result.suggestionAtTab = await ghostSuggestion(page);
   const file = path.join(env.E2E_WORKSPACE, env.E2E_FILE);
   const before = fs.readFileSync(file, 'utf8');
-  await page.keyboard.press('Tab');
-  await quiet(page, 'ghost text', 1500, 60000);
   step('tab');
-  await page.screenshot({ path: path.join(out, '5-accepted.png') });
+  await page.keyboard.press('Tab');
+  await settle();
+  await page.screenshot({ path: path.join(out, shot) });
   result.fileAfter = await saveAndRead(page, file, before);
   step('saved');
 }
 
-async function editorText(page) {
-  return page.evaluate(() => {
-    const lines = [...document.querySelectorAll('.editor-group-container .monaco-editor .view-lines .view-line')];
-    return lines
-      .map((l) => ({ top: parseFloat(l.style.top || '0'), text: (l.textContent || '').replace(/\u00a0/g, ' ') }))
-      .sort((a, b) => a.top - b.top)
-      .map((l) => l.text)
-      .join('\n');
-  });
+async function complete(page) {
+  // VS Code draws a multi-line suggestion in steps: read it once it has stopped changing.
+  result.suggestion = await settledGhost(page, 'ghost text', (g) => g.trim() !== '');
+  step('ghost', { suggestion: result.suggestion });
+  await page.screenshot({ path: path.join(out, '2-ghost.png') });
+  await acceptAndSave(page, async () => {
+    // VS Code may show the next suggestion at once: wait until nothing changes any more.
+    await quiet(page, 'ghost text and status bar', 2000, 60000, true);
+    result.statusAfter = await statusBarText(page);
+    result.rendersAfter = await ghostRenders(page);
+    step('accepted', { status: result.statusAfter });
+  }, '3-accepted.png');
+
+  // Change a server setting (in the workspace's .vscode/settings.json, which VS Code
+  // watches): it must reach the running server without a restart.
+  fs.mkdirSync(path.join(env.E2E_WORKSPACE, '.vscode'), { recursive: true });
+  fs.writeFileSync(path.join(env.E2E_WORKSPACE, '.vscode', 'settings.json'), env.E2E_SETTINGS_CHANGE || '{}');
+  await new Promise((r) => setTimeout(r, 5000));
+
+  // "specfill: Show Stats" from the command palette opens the server's stats as JSON.
+  await runCommand(page, 'specfill: Show Stats');
+  await waitFor('stats document', async () => (await editorText(page)).includes('"server"'), 30000, 300);
+  await page.click(EDITOR);
+  await page.keyboard.down('Control');
+  await page.keyboard.press('KeyF');
+  await page.keyboard.up('Control');
+  await page.keyboard.type('"draftLength"', { delay: 20 });
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Escape');
+  await new Promise((r) => setTimeout(r, 500));
+  result.statsText = await editorText(page);
+  result.statsDraftLength = result.statsText.split('\n').filter((l) => l.includes('"draftLength"'));
+  step('stats', { draftLength: result.statsDraftLength });
+  await page.screenshot({ path: path.join(out, '4-stats.png') });
 }
 
 async function main() {
@@ -405,81 +450,8 @@ async function main() {
     await page.keyboard.up('Control');
     await page.keyboard.type(env.E2E_TYPE);
     step('typed');
-    if (env.E2E_SCENARIO === 'manual') {
-      await manual(page);
-      result.ok = true;
-      return;
-    }
-    if (env.E2E_SCENARIO === 'selected') {
-      await selected(page);
-      result.ok = true;
-      return;
-    }
-    if (env.E2E_SCENARIO === 'cycle') {
-      await cycle(page);
-      result.ok = true;
-      return;
-    }
-    await waitFor('ghost text', async () => (await ghostSuggestion(page)).trim() !== '', 120000, 100);
-    // VS Code draws a multi-line suggestion in steps: read it once it has stopped changing.
-    await quiet(page, 'ghost text', 1000, 60000);
-    result.suggestion = await ghostSuggestion(page);
-    step('ghost', { suggestion: result.suggestion });
-    await page.screenshot({ path: path.join(out, '2-ghost.png') });
-
-    // Read it as a person would before accepting (and past the extension's SETTLE_MS).
-    await new Promise((r) => setTimeout(r, 1000));
-    result.suggestionAtTab = await ghostSuggestion(page);
-    step('tab');
-    await page.keyboard.press('Tab');
-    // VS Code may show the next suggestion at once: wait until nothing changes any more.
-    await quiet(page, 'ghost text and status bar', 2000, 60000, true);
-    result.statusAfter = await statusBarText(page);
-    result.rendersAfter = await ghostRenders(page);
-    step('accepted', { status: result.statusAfter });
-    await page.screenshot({ path: path.join(out, '3-accepted.png') });
-
-    // The document as VS Code holds it: saved (Ctrl+S) and read back from disk.
-    const file = path.join(env.E2E_WORKSPACE, env.E2E_FILE);
-    const before = fs.readFileSync(file, 'utf8');
-    await page.keyboard.down('Control');
-    await page.keyboard.press('KeyS');
-    await page.keyboard.up('Control');
-    let previous = before;
-    result.fileAfter = await waitFor('the saved file', () => {
-      // Changed, and the same in two reads in a row (not caught halfway through the write).
-      const now = fs.readFileSync(file, 'utf8');
-      const done = now !== before && now === previous;
-      previous = now;
-      return done ? now : null;
-    }, 30000, 200);
-    step('saved');
-
-    // Change a server setting (in the workspace's .vscode/settings.json, which VS Code
-    // watches): it must reach the running server without a restart.
-    fs.mkdirSync(path.join(env.E2E_WORKSPACE, '.vscode'), { recursive: true });
-    fs.writeFileSync(path.join(env.E2E_WORKSPACE, '.vscode', 'settings.json'), env.E2E_SETTINGS_CHANGE || '{}');
-    await new Promise((r) => setTimeout(r, 5000));
-
-    // "specfill: Show Stats" from the command palette opens the server's stats as JSON.
-    await page.keyboard.press('F1');
-    await page.waitForSelector('.quick-input-widget input', { visible: true, timeout: 20000 });
-    await page.keyboard.type('specfill: Show Stats', { delay: 20 });
-    await new Promise((r) => setTimeout(r, 1000));
-    await page.keyboard.press('Enter');
-    await waitFor('stats document', async () => (await editorText(page)).includes('"server"'), 30000, 300);
-    await page.click(EDITOR);
-    await page.keyboard.down('Control');
-    await page.keyboard.press('KeyF');
-    await page.keyboard.up('Control');
-    await page.keyboard.type('"draftLength"', { delay: 20 });
-    await page.keyboard.press('Enter');
-    await page.keyboard.press('Escape');
-    await new Promise((r) => setTimeout(r, 500));
-    result.statsText = await editorText(page);
-    result.statsDraftLength = result.statsText.split('\n').filter((l) => l.includes('"draftLength"'));
-    step('stats', { draftLength: result.statsDraftLength });
-    await page.screenshot({ path: path.join(out, '4-stats.png') });
+    const scenarios = { manual, selected, cycle };
+    await (scenarios[env.E2E_SCENARIO] || complete)(page);
     result.ok = true;
   } catch (err) {
     result.ok = false;

@@ -26,7 +26,7 @@ MAX_MATCH = 32
 # Blocks are looked up by the sequence's last KEY_NGRAM ids: an occurrence in the documents
 # must match at least that many. Measured with the shipped pair at end-of-line positions of
 # real held-out files: a document match of 4-7 tokens proposed the target's next token 0.3-0.5
-# of the time (a prompt match of that length 0.7-0.8), one of 9 or more 0.8-1.0.
+# of the time (a prompt match of that length 0.7-0.9), one of 9 or more 0.8-1.0.
 KEY_NGRAM = 8
 
 # Blocks end at a blank line once they have BLOCK_MIN_LINES lines, and at BLOCK_MAX_LINES lines

@@ -246,6 +246,11 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     found = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling) if d.use_lookup and max_k > 0 else Draft([])
     lookup = found.tokens
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match)
+    # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
+    # cost (counted in draft_ms, from which the controller learns a draft step's price).
+    t1 = time.perf_counter()
+    stats.plan_ms += (t1 - t0) * 1000
+    t0 = t1
     begin_ms = None
     if plan.drafter in ("model", "tree") and not d.model_begun:
         d.model_begun, t_begin = True, time.perf_counter()

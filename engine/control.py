@@ -17,8 +17,11 @@ E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the mod
 verify(1 + kl + km): a tree pass costs what a chain pass of its width costs (measured on the
 shipped target: its mask and gathered positions are a few tensor ops per pass), so
 tree rounds feed the same verify cost by width. Prompt lookup's
-acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES). A drafter that
-loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
+acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES), and apart for copies
+from the documents beyond the prompt (DOCUMENT_CLASS); a lookup proposal that no round drafted is
+checked against what the target wrote after it (`observe_lookup`: free), so lookup's estimates
+follow the text whatever is chosen. The draft model, whose check costs its forward passes, is
+probed again every PROBE_EVERY rounds while it loses, and a single
 slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
 hiccup cannot shut drafting off for good.
 """
@@ -41,10 +44,19 @@ PRIOR_ROUNDS = 2.0      # pseudo-rounds behind the prior acceptance
 # or more), so each class keeps its own estimate, from its own prior: a long match gets a long
 # draft, a one-token match a short one or none. (name, fewest matched tokens, prior acceptance)
 LOOKUP_CLASSES = (("match 1-2", 1, 0.35), ("match 3-5", 3, 0.5), ("match 6+", 6, 0.9))
+# Copies from the document beyond the prompt's window and from other open documents (they match
+# 8 tokens or more there: engine/lookup.py) keep their own estimate: with the shipped pair the
+# target writes a copy's first token or two and then its own code, where a long match in the
+# prompt holds far longer. Pooled with the prompt's, they were drafted long and lost
+# (acceptance 0.48 -> 0.35 at end-of-line positions of real files). (name, prior acceptance)
+DOCUMENT_CLASS = ("documents", 0.9)
+DOCUMENT_SOURCES = ("document", "open documents")    # Draft.source of such copies
 
 
-def lookup_class(match: int) -> str | None:
-    """The class of a lookup proposal that followed `match` matched tokens (None: not known)."""
+def lookup_class(match: int, source: str = "") -> str | None:
+    """The class of a lookup proposal found in `source` after `match` matched tokens (None: not known)."""
+    if source in DOCUMENT_SOURCES:
+        return DOCUMENT_CLASS[0]
     name = None
     for label, fewest, _ in LOOKUP_CLASSES:
         if match >= fewest:
@@ -93,12 +105,16 @@ class DrafterEstimate:
         """A round that asked for `asked` tokens, got `drafted` and had `accepted` of them
         accepted. Position i counts once every earlier one was accepted: a draft that stopped
         short (nothing to propose, low confidence) failed at the position where it stopped."""
+        self.count(asked, accepted)
+        self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
+
+    def count(self, asked: int, accepted: int) -> None:
+        """The acceptance counts of `record`, older ones decayed."""
         self.evaluated = [v * DECAY for v in self.evaluated]
         self.accepted = [v * DECAY for v in self.accepted]
         for i in range(min(positions_reached(asked, accepted), MAX_K)):
             self.evaluated[i] += 1
             self.accepted[i] += i < accepted
-        self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
 
     def record_begin(self, ms: float) -> None:
         self.begin_ms = _ema(self.begin_ms, ms)
@@ -137,6 +153,7 @@ class Plan:
     expected_rate: float   # expected new tokens per ms (0 before any cost is known)
     lookup_k: int = 0      # a tree's lookup chain
     lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
+    lookup_source: str = ""  # ... found there (Draft.source)
     probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
 
 
@@ -155,9 +172,10 @@ def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]
 class DraftController:
     """Kept by the Engine across requests: what worked on the last request is where the next starts."""
     lookup: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.5, step_ms=0.0))
-    # the same by match length (LOOKUP_CLASSES); `lookup` pools them, for proposals of unknown match
-    lookup_by_match: dict = field(default_factory=lambda: {
-        name: DrafterEstimate(prior=prior, step_ms=0.0) for name, _, prior in LOOKUP_CLASSES})
+    # the same by class (LOOKUP_CLASSES, DOCUMENT_CLASS); `lookup` pools them, for proposals of unknown match
+    lookup_by_class: dict = field(default_factory=lambda: {
+        name: DrafterEstimate(prior=prior, step_ms=0.0)
+        for name, prior in (*((n, p) for n, _, p in LOOKUP_CLASSES), DOCUMENT_CLASS)})
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6))
     verify: VerifyCost = field(default_factory=VerifyCost)
     since_model: int = 0     # rounds since each drafter was last used (for probing)
@@ -169,23 +187,25 @@ class DraftController:
     rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
     frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
 
-    def lookup_estimate(self, match: int) -> DrafterEstimate:
-        """The estimate for a lookup proposal after `match` matched tokens (0: the pooled one)."""
-        name = lookup_class(match)
-        return self.lookup if name is None else self.lookup_by_match[name]
+    def lookup_estimate(self, match: int, source: str = "") -> DrafterEstimate:
+        """The estimate for a lookup proposal found in `source` after `match` matched tokens
+        (match 0 and no document source: the pooled one)."""
+        name = lookup_class(match, source)
+        return self.lookup if name is None else self.lookup_by_class[name]
 
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
-             tree_ok: bool = False, lookup_match: int = 0) -> Plan:
-        """The best round given a lookup proposal of `lookup_tokens` (0: none) that followed
-        `lookup_match` matched tokens, whether a draft model is there, whether it has already
-        begun this request (else its prefill is part of this round's cost), and whether the
-        target can verify a tree."""
-        plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok, lookup_match)
-        plan.lookup_match = lookup_match
+             tree_ok: bool = False, lookup_match: int = 0, lookup_source: str = "") -> Plan:
+        """The best round given a lookup proposal of `lookup_tokens` (0: none) found in
+        `lookup_source` after `lookup_match` matched tokens, whether a draft model is there,
+        whether it has already begun this request (else its prefill is part of this round's
+        cost), and whether the target can verify a tree."""
+        plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok,
+                          self.lookup_estimate(lookup_match, lookup_source))
+        plan.lookup_match, plan.lookup_source = lookup_match, lookup_source
         return plan
 
     def _plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool, tree_ok: bool,
-              lookup_match: int) -> Plan:
+              lookup_est: DrafterEstimate) -> Plan:
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
@@ -196,7 +216,7 @@ class DraftController:
         lookup_k = min(lookup_tokens, max_k)
         # self.verify(w) (at least 1e-6) for every width a chain or a tree of these lengths has
         verify = [1e-6 if 1e-6 > v else v for v in (one + per * (w - 1) for w in range(2 + lookup_k + max_k))]
-        l_sums, l_chains = _cumulative(self.lookup_estimate(lookup_match), lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
+        l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first
         # k with the highest rate.
@@ -278,7 +298,7 @@ class DraftController:
         if plan.drafter == "model":
             self.model.record(plan.k, drafted, accepted, draft_ms)
         elif plan.drafter == "lookup":
-            self._record_lookup(plan.k, plan.lookup_match, drafted, accepted, draft_ms)
+            self._record_lookup(plan, plan.k, drafted, accepted, draft_ms)
 
     def record_tree(self, plan: Plan, lookup: tuple[int, int], model: tuple[int, int], width: int,
                     draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
@@ -291,14 +311,25 @@ class DraftController:
         self.verify.record(width, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
-        self._record_lookup(plan.lookup_k, plan.lookup_match, *lookup, 0.0)
+        self._record_lookup(plan, plan.lookup_k, *lookup, 0.0)
         self.model.record(plan.k, *model, draft_ms)
 
-    def _record_lookup(self, asked: int, match: int, drafted: int, accepted: int, draft_ms: float) -> None:
-        """A lookup chain counts in the pooled estimate and in its match-length class."""
+    def observe_lookup(self, match: int, source: str, asked: int, agreed: int) -> None:
+        """A lookup proposal of `asked` tokens that no round drafted, of which the target then
+        wrote the first `agreed` too. Checking lookup costs nothing, so it is measured on every
+        proposal, drafted or not: its estimates follow the text without probes."""
+        if self.frozen:
+            return
+        self.lookup.count(asked, agreed)
+        if lookup_class(match, source) is not None:
+            self.lookup_estimate(match, source).count(asked, agreed)
+        self.since_lookup = 0
+
+    def _record_lookup(self, plan: Plan, asked: int, drafted: int, accepted: int, draft_ms: float) -> None:
+        """A lookup chain counts in the pooled estimate and in its class."""
         self.lookup.record(asked, drafted, accepted, draft_ms)
-        if lookup_class(match) is not None:
-            self.lookup_estimate(match).record(asked, drafted, accepted, draft_ms)
+        if lookup_class(plan.lookup_match, plan.lookup_source) is not None:
+            self.lookup_estimate(plan.lookup_match, plan.lookup_source).record(asked, drafted, accepted, draft_ms)
 
     def _count(self, plan: Plan) -> None:
         self.rounds += 1
@@ -314,4 +345,4 @@ class DraftController:
                 "probe_every": dict(self.probe_every),
                 "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},
                 "lookup": self.lookup.summary(), "model": self.model.summary(),
-                "lookup_by_match": {name: est.summary() for name, est in self.lookup_by_match.items()}}
+                "lookup_by_class": {name: est.summary() for name, est in self.lookup_by_class.items()}}

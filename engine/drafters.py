@@ -23,6 +23,7 @@ class Draft:
     tokens: list[int]
     q: torch.Tensor | None = None   # [len(tokens), V] draft probabilities, or None
     match: int = 0   # prompt lookup: how many tokens before the proposal matched (capped at lookup.MAX_MATCH)
+    source: str = ""  # prompt lookup: where it was found ("prompt", "completions", "document", "open documents")
 
 
 @dataclass

@@ -6,8 +6,9 @@ Those texts are cut into blocks of lines (`line_blocks`), each tokenized with th
 tokenizer and indexed once (`Block`: each run of KEY_NGRAM ids -> the latest position it ends
 at), cached by the block's text (`BlockIndex`), so a keystroke re-tokenizes only the block it
 touched. Each round looks the sequence's last KEY_NGRAM ids up in every block of the request
-(`Corpus`) and keeps the occurrence that matches the most tokens before them: the match length
-is what tells the controller how far to trust a proposal (engine/control.py).
+(`Corpus`) and keeps the occurrence that matches the most tokens before them: the match length,
+and whether the copy comes from the documents, tell the controller how far to trust a proposal
+(engine/control.py keeps an estimate per class).
 """
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ WINDOW_LINES = 4000              # lines read on each side of the cursor (and of
 MAX_REQUEST_TOKENS = 32768       # tokens looked up per request, blocks nearest the cursor first
 MAX_NEW_TOKENS = 8192            # tokens tokenized per request: a new large file fills in over requests
 MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least recently used go)
-DOCUMENT_SOURCES = ("document", "open documents")
 
 
 @dataclass(frozen=True)
@@ -264,43 +264,6 @@ def _match_len(ids, end: int, seq: list[int]) -> int:
     return m
 
 
-# A copy from the documents is cut where, by what copies from there agreed with the target so
-# far, all its tokens up to there would be right less often than this: with the shipped pair a
-# document copy is often right for a token or two and then not, and the controller's estimate
-# for long matches (engine/control.py) pools it with the prompt's, which stay right far longer.
-MIN_COPY_AGREEMENT = 0.25
-COPY_PRIOR = (1.8, 2.0)      # (right, seen) before any evidence: 0.9 a position, weighing 2 proposals
-
-
-@dataclass
-class Agreement:
-    """By position in proposals of one source: how many proposals were seen there (all tokens
-    before it right and the target's token known), and how many were right there too."""
-    seen: list[int] = field(default_factory=lambda: [0] * MAX_MATCH)
-    right: list[int] = field(default_factory=lambda: [0] * MAX_MATCH)
-
-    def record(self, tokens: Sequence[int], written: Sequence[int]) -> int:
-        """Count one proposal against what the target wrote; its tokens the target wrote too."""
-        n = 0
-        for i in range(min(len(tokens), len(written), MAX_MATCH)):
-            self.seen[i] += 1
-            if written[i] != tokens[i]:
-                break
-            self.right[i] += 1
-            n += 1
-        return n
-
-    def worth(self, k: int) -> int:
-        """How many leading tokens of a proposal are all right at least MIN_COPY_AGREEMENT of the
-        time (at least 1, so proposals keep being measured)."""
-        p, right0, seen0 = 1.0, *COPY_PRIOR
-        for i in range(min(k, MAX_MATCH)):
-            p *= (self.right[i] + right0) / (self.seen[i] + seen0)
-            if p < MIN_COPY_AGREEMENT:
-                return max(i, 1)
-        return k
-
-
 @dataclass
 class LookupStats:
     """What one request's lookup proposed, by where it found it, and how much of it the target
@@ -333,7 +296,6 @@ class NgramDrafter:
         self.stats = LookupStats()
         self._last: tuple[str, int, list[int]] | None = None   # (source, where in seq it starts, tokens)
         self._prompt_len: int | None = None     # the request's prompt, seen at its first proposal
-        self.copies = Agreement()               # how far copies from the documents agree, across requests
 
     def begin(self, target_prompt, draft_prompt=None) -> tuple[int, int]:
         return (0, 0)
@@ -353,15 +315,13 @@ class NgramDrafter:
     def summary(self) -> dict:
         """The latest request's lookup: proposals, tokens proposed and tokens the target wrote
         too, by where they were found; the blocks and tokens it read beyond the prompt and the
-        time that took; blocks tokenized since the start (cache misses); how long a copy from
-        the documents may be now (of 16)."""
+        time that took; blocks tokenized since the start (cache misses)."""
         out = self.stats.as_dict()
         if self.index is not None:
             s = self.index.stats
             out.update(blocks=len(self.corpus.blocks), block_tokens=self.corpus.tokens,
                        read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
-                       blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens,
-                       copy_length=self.copies.worth(16))
+                       blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens)
         return out
 
     def remember(self, completion: list[int]) -> None:
@@ -382,7 +342,6 @@ class NgramDrafter:
         if self.corpus.blocks and k > 0 and (found is None or found.match < MAX_MATCH):
             far = self.corpus.find(seq, k, found.match if found else 0, self.special_ids)
             if far is not None:
-                far.tokens = far.tokens[:self.copies.worth(len(far.tokens))]
                 found = far
         if found is None:
             self._last = None
@@ -391,15 +350,12 @@ class NgramDrafter:
         s.proposed[found.source] = s.proposed.get(found.source, 0) + 1
         s.tokens[found.source] = s.tokens.get(found.source, 0) + len(found.tokens)
         self._last = (found.source, len(seq), found.tokens)
-        return Draft(found.tokens, match=found.match)
+        return Draft(found.tokens, match=found.match, source=found.source)
 
     def _score(self, source: str, written: Sequence[int], tokens: list[int]) -> None:
-        if source in DOCUMENT_SOURCES:
-            n = self.copies.record(tokens, written)
-        else:
-            n = 0
-            while n < len(tokens) and n < len(written) and written[n] == tokens[n]:
-                n += 1
+        n = 0
+        while n < len(tokens) and n < len(written) and written[n] == tokens[n]:
+            n += 1
         self.stats.agreed[source] = self.stats.agreed.get(source, 0) + n
 
     def _near(self, seq: list[int], k: int) -> Found | None:

@@ -296,7 +296,7 @@ async def test_stats_and_reload_commands(client):
     ctl = pipeline["controller"]
     assert ctl["rounds"] >= 1 and sum(ctl["rounds_by_kind"].values()) == ctl["rounds"]
     assert ctl["verify_ms"]["width_1"] > 0
-    assert set(ctl) >= {"lookup", "model", "lookup_by_match"}
+    assert set(ctl) >= {"lookup", "model", "lookup_by_class"}
     loads = len(ended_loads(client))
     reply = await client.workspace_execute_command_async(
         types.ExecuteCommandParams(command=commands.RELOAD))

@@ -124,11 +124,29 @@ def test_a_long_lookup_match_drafts_long_and_a_short_one_does_not():
     short_plan = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=1)
     assert (long_plan.drafter, long_plan.k, long_plan.lookup_match) == ("lookup", 8, 12)
     assert short_plan.drafter == "none"
-    by_match = c.summary()["lookup_by_match"]
+    by_match = c.summary()["lookup_by_class"]
     assert by_match[lookup_class(12)]["acceptance_by_position"][0] > 0.9
     assert by_match[lookup_class(1)]["acceptance_by_position"][0] < 0.1
     # a proposal of unknown match length plans from the pooled estimate of both
     assert 0.3 < c.summary()["lookup"]["acceptance_by_position"][0] < 0.7
+
+
+def test_copies_from_the_documents_keep_their_own_estimate():
+    """A copy from the documents that the target follows for two tokens, then not, is drafted
+    two long, while a prompt match of the same length, always right, is drafted whole."""
+    from engine.control import DOCUMENT_CLASS, Plan
+    c = controller(verify_one=5.0, per_token=1.0)
+    for _ in range(60):
+        c.record(Plan("lookup", 8, 0.0, lookup_match=12, lookup_source="document"), 8, 2, 0.0, 13.0)
+        c.record(Plan("lookup", 8, 0.0, lookup_match=12, lookup_source="prompt"), 8, 8, 0.0, 13.0)
+    doc = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12, lookup_source="document")
+    other = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12, lookup_source="open documents")
+    prompt = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12, lookup_source="prompt")
+    assert (doc.drafter, doc.k, doc.lookup_source) == ("lookup", 2, "document")
+    assert (other.drafter, other.k) == ("lookup", 2)       # one class for every document
+    assert (prompt.drafter, prompt.k) == ("lookup", 8)
+    p = c.summary()["lookup_by_class"][DOCUMENT_CLASS[0]]["acceptance_by_position"]
+    assert p[0] > 0.9 and p[1] > 0.9 and p[2] < 0.1
 
 
 def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them():
@@ -159,3 +177,48 @@ def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them(
     assert plan.drafter == "model" and not plan.probe
     c.record(plan, plan.k, plan.k, 2.0 * plan.k, 4.0 + 0.2 * plan.k)
     assert c.probe_every["model"] == PROBE_EVERY
+
+
+def test_undrafted_lookup_proposals_are_measured_for_free():
+    """observe_lookup counts a proposal no round drafted like a drafted one (without a cost),
+    and stands in for a probe: lookup is never probed while its proposals are being checked."""
+    from engine.control import lookup_class
+    c = controller()
+    for _ in range(60):
+        c.observe_lookup(12, "prompt", 8, 8)
+        c.observe_lookup(1, "prompt", 8, 0)
+    ests = c.summary()["lookup_by_class"]
+    assert ests[lookup_class(12)]["acceptance_by_position"][7] > 0.9
+    assert ests[lookup_class(1)]["acceptance_by_position"][0] < 0.1
+    assert c.since_lookup == 0 and c.lookup.step_ms == 0.0       # no cost learned from a check
+    assert c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12).k == 8
+    frozen = controller()
+    frozen.frozen = True
+    frozen.observe_lookup(12, "prompt", 8, 0)
+    assert frozen.summary()["lookup_by_class"][lookup_class(12)]["acceptance_by_position"][0] == 0.9
+
+
+def test_lookup_comes_back_from_checks_of_its_undrafted_proposals():
+    """Shipped target, prompt lookup: a controller taught that every lookup proposal fails plans
+    no draft, yet each round's proposal is checked against what the target writes; on text the
+    target copies from its prompt the estimate recovers and lookup drafts again within the same
+    request, long before a probe would be due. The output stays the target's own."""
+    from engine import Engine
+    from engine.control import LOOKUP_CLASSES
+    from engine.settings import EngineConfig, GenerationSettings
+    engine = Engine(EngineConfig(target="default", draft="ngram", device="cpu"))
+    plain = Engine(EngineConfig(target="default", draft="none", device="cpu"))
+    c = engine.memory.controller
+    for _ in range(200):
+        for _, fewest, _ in LOOKUP_CLASSES:
+            c.observe_lookup(fewest, "prompt", 8, 0)
+    c.verify.record(1, 5.0)
+    c.verify.record(4, 6.0)
+    text = "    total = compute_value(row, 'key', default=None) + total\n" * 12
+    ids = engine.target.tokenizer(text)["input_ids"]
+    settings = GenerationSettings(max_new_tokens=64)
+    res = engine.generate(ids, settings=settings)
+    assert res.token_ids == plain.generate(ids, settings=settings).token_ids
+    assert res.stats.rounds_by_drafter["none"] >= 3          # it began without drafting
+    assert res.stats.rounds_by_drafter["lookup"] >= 3        # and drafted again from checks alone
+    assert c.rounds < PROBE_EVERY

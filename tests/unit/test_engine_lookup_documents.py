@@ -15,7 +15,7 @@ from completion.pipeline import CompletionOptions, CompletionPipeline, Completio
 from engine import Engine, EngineConfig
 from engine import lookup as lk
 from engine.drafters import Sampling
-from engine.lookup import Agreement, BlockIndex, LookupText, NgramDrafter, line_blocks
+from engine.lookup import BlockIndex, LookupText, NgramDrafter, line_blocks
 from engine.vocab import build_vocab
 from tests.completion_fixtures import llama_style_tokenizer
 
@@ -171,34 +171,17 @@ def test_a_longer_match_in_the_document_beats_a_short_one_in_the_prompt(vocab):
     assert far.match > near.match and d.stats.proposed == {"document": 1}
 
 
-def test_copies_from_the_documents_are_cut_where_they_stop_agreeing():
-    copies = Agreement()
-    assert copies.worth(16) >= 8                 # before any evidence: long copies (as long matches)
-    for _ in range(20):                          # right for two tokens, then not
-        assert copies.record([1, 2, 3, 4, 5, 6], [1, 2, 9, 9, 9, 9]) == 2
-    assert copies.worth(16) == 2
-    for _ in range(20):                          # written only so far: later tokens are not counted
-        copies.record([1, 2, 3], [1])
-    assert copies.seen[:3] == [40, 20, 20] and copies.worth(16) == 2
-    for _ in range(100):                         # now mostly wrong at the second token
-        copies.record([1, 2, 3], [1, 9, 9])
-    assert copies.worth(16) == 1
-    for _ in range(200):                         # then right throughout
-        copies.record(list(range(16)), list(range(16)))
-    assert copies.worth(16) == 16
-
-
-def test_the_drafter_learns_how_far_its_copies_agree(vocab):
+def test_copies_from_the_documents_say_so(vocab):
+    """The controller keeps copies from the documents apart (engine/control.py, DOCUMENT_CLASS):
+    each proposal says where it was found."""
     lines = code_lines(200)
     d = drafter_on(vocab, lines, (199, 0))
-    seq = vocab.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
-    first = d.propose(seq, b"", 12, GREEDY).tokens
-    assert len(first) == 12
-    for _ in range(30):                          # the target wrote something else each time
-        d.propose(seq + [first[0] + 1], b"", 12, GREEDY)
-        d.propose(seq, b"", 12, GREEDY)
-    assert len(d.propose(seq, b"", 12, GREEDY).tokens) == 1
-    assert d.stats.agreed["document"] == 0
+    v = vocab
+    seq = v.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
+    draft = d.propose(seq, b"", 12, GREEDY)
+    assert len(draft.tokens) == 12 and draft.source == "document"
+    near = NgramDrafter(special_ids=v.special_ids).propose(v.encode_text("a = 1\nb = 2\na = 1\n"), b"", 4, GREEDY)
+    assert near.tokens and near.source == "prompt"
 
 
 # ------------------------------------------------------------------------------ the shipped pair
@@ -229,7 +212,7 @@ def far_copy_case(engines):
 
 
 def fresh_lookup() -> Engine:
-    """An engine whose lookup has not yet learned how far copies from the documents agree."""
+    """An engine whose controller has not yet learned how far copies from the documents agree."""
     return Engine(EngineConfig(target="default", draft="ngram", device="cpu"))
 
 

@@ -5,10 +5,11 @@ here, and time per step does not depend on the weights' values).
     python -m bench.gpu_shapes                       # CUDA, bf16: target 13b, draft starcoder-164m
     python -m bench.gpu_shapes --target tiny --draft tiny --device cpu --dtype float32   # seconds
 
-For each model it prints ms per call of the lean forward (engine/lean.py) and of the
-transformers forward at verify widths 1-16 after `--context` cached tokens, the bandwidth floor
-(weight bytes over this device's measured read bandwidth) and the largest logit difference
-between the two forwards. Then the speed-up the formula predicts,
+For each model it prints ms per call of the lean forward (engine/lean.py), of its static mode
+(StaticLeanForward: fixed shapes, attention over the whole reserved cache), on CUDA of that
+static mode replayed as CUDA graphs, and of the transformers forward, at verify widths 1-16 after
+`--context` cached tokens; the bandwidth floor (weight bytes over this device's measured read
+bandwidth) and the largest logit difference between any lean forward and the transformers one. Then the speed-up the formula predicts,
 E(a, k) x target(1) / (k x draft(1) + target(k + 1)) with E(a, k) = (1 - a^(k+1)) / (1 - a),
 for a few acceptance rates at the best k. Random weights cannot say what acceptance a real pair
 gets: that comes from `python -m bench.suite` on real models.
@@ -23,7 +24,7 @@ import torch
 from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from engine.kv import KVSession, TransformersForward
-from engine.lean import LeanForward, make_lean
+from engine.lean import LeanForward, StaticLeanForward, make_lean
 
 # name -> (architecture, config keywords). 13b: CodeLlama-13b's shape (vocab 32016 with the FIM
 # pieces); starcoder-164m: bigcode/tiny_starcoder_py's; tiny: a few-layer model for CPU tests.
@@ -99,17 +100,22 @@ def measure(model, device, context_len: int, reps: int, calls: int) -> dict:
     """{forward name: {width: median ms}} and the largest |logit difference| lean vs transformers."""
     param = next(model.parameters())
     lean = make_lean(model)
+    capacity = context_len + 64
     forwards = {"transformers": TransformersForward(model, device)}
     if lean is not None:
         forwards["lean"] = LeanForward(lean, param.dtype, device)
+        forwards["static"] = StaticLeanForward(lean, param.dtype, device, capacity)
+        if device.type == "cuda":   # each width captured on its first call (the warm-up below)
+            forwards["graphs"] = StaticLeanForward(lean, param.dtype, device, capacity, cuda_graphs=True)
     vocab = model.config.vocab_size
     context = [(i * 37) % (vocab - 10) + 3 for i in range(context_len)]
-    sessions = {name: KVSession(model, context_len + 64, forward=f) for name, f in forwards.items()}
+    sessions = {name: KVSession(model, capacity, forward=f) for name, f in forwards.items()}
     logits = {}
     for name, s in sessions.items():
         logits[name] = s.advance(context + list(range(20, 28)), n_logits=8).float()
-        step_ms(s, context, 1, 3, device)   # warm up
-    err = max(float((x - logits["transformers"]).abs().max()) for x in logits.values())
+        for w in WIDTHS:
+            step_ms(s, context, w, 3, device)   # warm up (and capture the graphs)
+    err = max(float((x - logits["transformers"]).abs().max()) for x in logits.values())   # every lean forward
     samples = {name: {w: [] for w in WIDTHS} for name in sessions}
     for _ in range(reps):
         for w in WIDTHS:
@@ -150,7 +156,7 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} thread(s)"
     print(f"{name}; torch {torch.__version__}; {args.dtype}; read bandwidth {gbs:.0f} GB/s; "
           f"context {args.context} tokens; median of {args.reps} x {args.calls} calls")
-    lean_ms = {}
+    by_role = {}
     for role, shape in (("target", args.target), ("draft", args.draft)):
         with torch.inference_mode():
             model = build(shape, device, dtype)
@@ -162,17 +168,20 @@ def main(argv=None) -> int:
         print(f"{'width':>6} " + " ".join(f"{n:>14}" for n in ms) + "   (ms per call)")
         for w in WIDTHS:
             print(f"{w:>6} " + " ".join(f"{ms[n][w]:>14.3f}" for n in ms))
-        lean_ms[role] = ms.get("lean", ms["transformers"])
+        by_role[role] = ms
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    target, draft_step = lean_ms["target"], lean_ms["draft"][1]
-    print(f"\nformula: speed-up over the target alone (lean forward), draft step {draft_step:.3f} ms, "
-          f"target step {target[1]:.3f} ms")
-    print("| acceptance | best k | speed-up |\n|---|---|---|")
+    # the formula for the eager lean forward and, on CUDA, its graphs (both models the same way)
+    names = [n for n in ("lean", "graphs") if all(n in ms for ms in by_role.values())] or ["transformers"]
+    print("\nformula: speed-up over the target alone, " + "; ".join(
+        f"{n}: draft step {by_role['draft'][n][1]:.3f} ms, target step {by_role['target'][n][1]:.3f} ms"
+        for n in names))
+    print("| acceptance | " + " | ".join(f"best k ({n}) | speed-up ({n})" for n in names) + " |")
+    print("|---|" + "---|---|" * len(names))
     for a in ACCEPTANCE:
-        gain, k = best_speedup(a, target, draft_step)
-        print(f"| {a:.1f} | {k} | {gain:.2f}x |")
+        cells = [best_speedup(a, by_role["target"][n], by_role["draft"][n][1]) for n in names]
+        print(f"| {a:.1f} | " + " | ".join(f"{k} | {gain:.2f}x" for gain, k in cells) + " |")
     return 0
 
 

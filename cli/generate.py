@@ -67,6 +67,8 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="auto", choices=DTYPES)
     p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="replay the lean forward as CUDA graphs (CUDA only, untested on a GPU so far)")
     p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="remote target only: the protocol (as the backend setting; default auto)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -82,6 +84,8 @@ def generate_main(argv: list[str]) -> int:
         return EXIT_USAGE
 
     if is_remote(args.target):
+        if args.cuda_graphs:
+            p.error("--cuda-graphs is for a local target (a remote server runs its own forward)")
         return generate_remote(p, args, prompt)
     if args.backend is not None or args.set:
         p.error(f"--{'backend' if args.backend is not None else 'set'} is for a remote target "
@@ -92,7 +96,8 @@ def generate_main(argv: list[str]) -> int:
     try:
         engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
                                      dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                                     threads=args.threads, lookup=not args.no_lookup))
+                                     threads=args.threads, lookup=not args.no_lookup,
+                                     cuda_graphs=args.cuda_graphs))
     except ModelLoadError as e:
         print(f"{p.prog}: {e}", file=sys.stderr)
         return EXIT_USAGE

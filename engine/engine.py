@@ -25,7 +25,8 @@ class Engine:
         set_threads(config.threads, config.device)
         kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
-        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean)
+        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean,
+                           cuda_graphs=config.cuda_graphs)
         self.draft: LoadedModel | None = None
         self.memory = DraftMemory()
         vocab = self.target.vocab
@@ -39,7 +40,8 @@ class Engine:
             self.draft = load_model(config.draft, "draft", **kw)
             if self.draft.device != self.target.device and config.device_map is None:
                 raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
-            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean)
+            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean,
+                                cuda_graphs=config.cuda_graphs)
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
                 model = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
             else:

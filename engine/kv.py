@@ -10,13 +10,16 @@ the lean one (engine/lean.py) where the architecture has one, else the transform
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Protocol
 
 import torch
 from transformers import DynamicCache
 
-from .lean import LeanForward, LeanModel, make_lean
+from .lean import LeanForward, LeanModel, StaticLeanForward, make_lean
+
+log = logging.getLogger("specfill.engine")
 
 
 class ContextTooLong(ValueError):
@@ -93,12 +96,17 @@ class TransformersForward:
         self.cache = None
 
 
-def make_forward(model: torch.nn.Module, lean: LeanModel | None) -> Forward:
-    """The lean forward when `lean` is given (see make_lean), else the transformers one."""
+def make_forward(model: torch.nn.Module, lean: LeanModel | None, static_capacity: int | None = None,
+                 cuda_graphs: bool = False) -> Forward:
+    """The lean forward when `lean` is given (see make_lean), else the transformers one. With
+    `static_capacity`, the lean forward's static mode with that many cache slots (and, with
+    `cuda_graphs`, replayed CUDA graphs: CUDA only)."""
     param = next(model.parameters())
-    if lean is not None:
-        return LeanForward(lean, param.dtype, param.device)
-    return TransformersForward(model, param.device)
+    if lean is None:
+        return TransformersForward(model, param.device)
+    if static_capacity is not None:
+        return StaticLeanForward(lean, param.dtype, param.device, static_capacity, cuda_graphs)
+    return LeanForward(lean, param.dtype, param.device)
 
 
 class KVSession:
@@ -198,11 +206,21 @@ class KVSession:
 class KVPool:
     """A few KV sessions for one model; a request goes to the one sharing most of its prompt."""
 
-    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096, lean: bool = True):
+    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096, lean: bool = True,
+                 static: bool = False, cuda_graphs: bool = False):
+        """`static`: the lean forward's static mode (StaticLeanForward), each session's cache
+        reserved whole; `cuda_graphs`: that, replayed as CUDA graphs (on a CUDA model only:
+        elsewhere the plain lean forward runs, with a warning)."""
         self.model = model
         self.lean_model = make_lean(model) if lean else None   # decided (and logged) once per model
         self.max_sessions = max(1, max_sessions)
         self.max_tokens = max_tokens
+        if cuda_graphs and next(model.parameters()).device.type != "cuda":
+            log.warning("CUDA graphs need a CUDA device: %s runs the lean forward without them",
+                        type(model).__name__)
+            cuda_graphs = False
+        self.cuda_graphs = cuda_graphs
+        self.static = (static or cuda_graphs) and self.lean_model is not None
         self.sessions: list[KVSession] = []
 
     def session_for(self, ids: list[int]) -> KVSession:
@@ -216,7 +234,12 @@ class KVPool:
         if best is not None and best_len >= max(1, min(len(ids), len(best.ids)) // 2):
             return best
         if len(self.sessions) < self.max_sessions:
-            s = KVSession(self.model, self.max_tokens, make_forward(self.model, self.lean_model))
+            capacity = None
+            if self.static:
+                positions = model_max_positions(self.model)
+                capacity = min(self.max_tokens, positions) if positions else self.max_tokens
+            forward = make_forward(self.model, self.lean_model, capacity, self.cuda_graphs)
+            s = KVSession(self.model, self.max_tokens, forward)
             self.sessions.append(s)
             return s
         return min(self.sessions, key=lambda s: s.last_used)

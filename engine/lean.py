@@ -18,8 +18,12 @@ of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that numbe
 - rope is applied to queries and keys together, in place, and one copy writes a step's keys
   and values into the cache (token-major layout);
 - the cache for all layers is one tensor; a step writes to it in place and attends over a
-  slice of it, so shapes depend only on the number of new tokens and the cache length (the
-  structure CUDA graphs need, apart from the length: see LeanKV).
+  slice of it, so shapes depend only on the number of new tokens and the cache length.
+
+StaticLeanForward runs the same layers (`run`, with another `step`: where keys and values go
+and what attention sees) with shapes that depend on the number of new tokens only, for CUDA
+graphs: the cache reserved whole, slots and positions as device tensors, attention over every
+slot under a mask.
 
 The new tokens may also form a draft tree (`TreeLayout`, engine/tree.py): each node takes the
 rope angle (or learned position) of its depth and a mask row that sees the cache and its own
@@ -59,8 +63,8 @@ class LeanKV:
     head_dim] (token-major: one copy writes a step's keys and values); `length` tokens are
     valid. `keys[i]`/`values[i]` are [1, kv_heads, capacity, head_dim] views for attention.
 
-    The capacity grows by doubling. For CUDA graphs, reserve the session's whole budget once
-    (`reserve(max_tokens)`): then no step allocates or moves the cache."""
+    The capacity grows by doubling; StaticLeanForward reserves its whole budget once (`exact`),
+    so that no step allocates or moves the cache."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device):
         self.shape = (layers, kv_heads, head_dim)
@@ -72,10 +76,11 @@ class LeanKV:
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
 
-    def reserve(self, total: int) -> None:
+    def reserve(self, total: int, exact: bool = False) -> None:
+        """Room for `total` tokens (exactly that many with `exact`, else grown by doubling)."""
         if total <= self.capacity:
             return
-        cap = _grown(self.capacity, total)
+        cap = total if exact else _grown(self.capacity, total)
         layers, heads, hd = self.shape
         data = torch.zeros(layers, cap, 2, heads, hd, dtype=self.dtype, device=self.device)
         if self.data is not None:
@@ -166,6 +171,27 @@ def _attend(q: torch.Tensor, kv: LeanKV, layer: int, end: int, mask, scale: floa
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
                                          enable_gqa=heads != kv_heads)
     return out[0].transpose(0, 1).reshape(n, heads * hd)
+
+
+class _SliceStep:
+    """Where one dynamic pass puts the new tokens: cache slots [start, end), attention over the
+    first `end` slots, positions `where` (a slice, or a tensor of depths for a tree)."""
+    __slots__ = ("kv", "positions", "start", "end", "where", "mask")
+
+    def __init__(self, kv: LeanKV, positions: _Positions, ids: torch.Tensor, dtype, tree: TreeLayout | None):
+        n = ids.shape[0]
+        self.kv, self.positions = kv, positions
+        self.start, self.end = kv.length, kv.length + n
+        kv.reserve(self.end)
+        positions.ensure(self.end, dtype, ids.device)
+        self.where = slice(self.start, self.end) if tree is None else self.start + tree.depths
+        self.mask = positions.mask(self.start, n, ids.device, tree)
+
+    def write(self, layer: int, new_kv: torch.Tensor) -> None:
+        self.kv.slots[layer][self.start:self.end] = new_kv
+
+    def attend(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
+        return _attend(q, self.kv, layer, self.end, self.mask, scale)
 
 
 def _fused_bias(modules) -> torch.Tensor | None:
@@ -285,18 +311,18 @@ class LeanLlama:
         return weight * torch.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
+        step = _SliceStep(kv, self.positions, ids, self.embed_weight.dtype, tree)
+        logits = self.run(ids, step, slice(-n_logits, None))
+        kv.length = step.end
+        return logits
+
+    def run(self, ids: torch.Tensor, step, rows: slice) -> torch.Tensor:
+        """`ids` through every layer, logits for `rows` of them. `step` (_SliceStep, or the
+        static forward's _IndexedStep) writes their keys and values, attends, and holds the rope
+        tables and their positions."""
         n = ids.shape[0]
-        start = kv.length
-        end = start + n
-        kv.reserve(end)
         x = torch.embedding(self.embed_weight, ids)
-        pos = self.positions
-        pos.ensure(end, x.dtype, x.device)
-        if tree is None:
-            cos, sin = pos.cos[start:end], pos.sin[start:end]
-        else:   # a node's position is its depth below the root
-            cos, sin = pos.cos[start + tree.depths], pos.sin[start + tree.depths]
-        mask = pos.mask(start, n, ids.device, tree)
+        cos, sin = step.positions.cos[step.where], step.positions.sin[step.where]
         heads, kvh, hd, half = self.heads, self.kv_heads, self.head_dim, self.head_dim // 2
         qk_heads = heads + kvh
         scale = hd ** -0.5
@@ -306,12 +332,11 @@ class LeanLlama:
             qk = qkv[:, :qk_heads]
             # rope on queries and keys together, in place; rolling by half a head swaps halves
             torch.addcmul(qk * cos, qk.roll(half, -1), sin, out=qk)
-            kv.slots[i][start:end] = qkv[:, heads:].view(n, 2, kvh, hd)
-            x = layer.o_proj.add_to(x, _attend(qkv[:, :heads], kv, i, end, mask, scale))
+            step.write(i, qkv[:, heads:].view(n, 2, kvh, hd))
+            x = layer.o_proj.add_to(x, step.attend(i, qkv[:, :heads], scale))
             gate, up = layer.gate_up(self._norm(x, layer.norm2)).chunk(2, dim=-1)
             x = layer.down_proj.add_to(x, self.act(gate).mul_(up))
-        kv.length = end
-        return self.lm_head(self._norm(x[-n_logits:], self.norm_weight))
+        return self.lm_head(self._norm(x[rows], self.norm_weight))
 
 
 @dataclass
@@ -372,27 +397,27 @@ class LeanBigCode:
         return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
+        step = _SliceStep(kv, self.positions, ids, self.wte.dtype, tree)
+        logits = self.run(ids, step, slice(-n_logits, None))
+        kv.length = step.end
+        return logits
+
+    def run(self, ids: torch.Tensor, step, rows: slice) -> torch.Tensor:
+        """As LeanLlama.run (learned positions: `step.where` indexes them)."""
         n, hd, heads = ids.shape[0], self.head_dim, self.heads
-        start = kv.length
-        end = start + n
-        kv.reserve(end)
-        wpe = self.wpe
-        x = torch.embedding(self.wte, ids) + (wpe[start:end] if tree is None else wpe[start + tree.depths])
-        self.positions.ensure(end, x.dtype, x.device)
-        mask = self.positions.mask(start, n, ids.device, tree)
+        x = torch.embedding(self.wte, ids) + self.wpe[step.where]
         for i, b in enumerate(self.blocks):
             qkv = b.c_attn(_layer_norm(x, b.ln_1))
             if self.mq:
                 q = qkv[:, :self.embed].view(n, heads, hd)
-                kv.slots[i][start:end] = qkv[:, self.embed:].view(n, 2, 1, hd)
+                step.write(i, qkv[:, self.embed:].view(n, 2, 1, hd))
             else:
                 per_head = qkv.view(n, heads, 3, hd)
                 q = per_head[:, :, 0]
-                kv.slots[i][start:end] = per_head[:, :, 1:].transpose(1, 2)
-            x = b.attn_proj.add_to(x, _attend(q, kv, i, end, mask, self.scale))
+                step.write(i, per_head[:, :, 1:].transpose(1, 2))
+            x = b.attn_proj.add_to(x, step.attend(i, q, self.scale))
             x = b.mlp_proj.add_to(x, b.act(b.c_fc(_layer_norm(x, b.ln_2))))
-        kv.length = end
-        return self.lm_head(_layer_norm(x[-n_logits:], self.ln_f))
+        return self.lm_head(_layer_norm(x[rows], self.ln_f))
 
 
 LeanModel = LeanLlama | LeanBigCode
@@ -483,3 +508,199 @@ class LeanForward:
 
     def reset(self) -> None:
         self.cache = None
+
+
+# Widths the static forward runs (and, with CUDA graphs, captures): a call of w new tokens runs
+# at the next one up, the extra rows masked out; wider calls (prefills) run at their own width.
+STATIC_WIDTHS = (1, 2, 4, 8, 16)
+# The fewest cache slots a static pass attends over; more go by doubling (see StaticLeanForward).
+STATIC_MIN_SPAN = 256
+
+
+def static_width(n: int) -> int:
+    return next((w for w in STATIC_WIDTHS if w >= n), n)
+
+
+def _attend_all(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                scale: float) -> torch.Tensor:
+    """q [n, heads, hd] over all of `keys`/`values`: [n, heads * hd]. The query heads sharing a
+    kv head become extra query rows of that head (`mask` [groups * n, slots] is repeated to
+    match), so grouped- and multi-query attention need no expanded keys nor enable_gqa."""
+    n, heads, hd = q.shape
+    kvh = keys.shape[1]
+    groups = heads // kvh
+    q = q.reshape(n, kvh, groups, hd).permute(1, 2, 0, 3).reshape(1, kvh, groups * n, hd)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale)
+    return out.view(kvh, groups, n, hd).permute(2, 0, 1, 3).reshape(n, heads * hd)
+
+
+class _IndexedStep:
+    """Where one static pass puts the new tokens: cache slots `write_at` (a device tensor),
+    attention over the first `span` slots under `mask`, positions `where` (a device tensor).
+    No shape here depends on the cache length."""
+    __slots__ = ("kv", "positions", "write_at", "where", "mask", "span")
+
+    def __init__(self, kv: LeanKV, positions: _Positions, write_at, where, mask, span: int):
+        self.kv, self.positions, self.write_at, self.where = kv, positions, write_at, where
+        self.mask, self.span = mask, span
+
+    def write(self, layer: int, new_kv: torch.Tensor) -> None:
+        self.kv.slots[layer].index_copy_(0, self.write_at, new_kv)
+
+    def attend(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
+        keys, values = self.kv.keys[layer][:, :, :self.span], self.kv.values[layer][:, :, :self.span]
+        return _attend_all(q, keys, values, self.mask, scale)
+
+
+class StaticLeanForward:
+    """The lean forward with shapes that depend only on the call's width and span: what CUDA
+    graphs need. The cache is reserved once: `capacity` slots for tokens and STATIC_WIDTHS[-1]
+    spare ones after them. A call of n new tokens runs at width static_width(n): the extra rows
+    are dummies placed after the real ones (past the cache length, where the next call writes
+    again, or in the spare slots), that see the cache and the new tokens and that no real row
+    sees. It attends over the first `span` slots, the smallest of 256, 512, ... (or all of them)
+    that holds the call's rows, so a step's attention reads at most about twice the cache
+    length, as the dynamic forward's does once. What depends on the cache length comes in as
+    device tensors, [3, width] longs (ids, the slot each row writes, its position) and the
+    [width, width] ancestor mask; the mask over the span is built from them on the device: a
+    row sees the slots before the first new token and the slots of its ancestors (for a chain,
+    the earlier rows).
+
+    On a CPU it costs more than LeanForward; with `cuda_graphs` (CUDA only) each (width, span)
+    is captured once, on its first call, and replayed after (wider calls run eagerly). The
+    Python side keeps the cache length (crop, tree and keep_path work as in LeanForward)."""
+
+    supports_tree = True
+
+    def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device, capacity: int,
+                 cuda_graphs: bool = False):
+        device = torch.device(device)
+        if cuda_graphs and device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, not {device}")
+        self.lean, self.dtype, self.device, self.capacity = lean, dtype, device, capacity
+        # a multiple of 64 slots keeps the mask rows aligned for the GPU attention kernels
+        self.slots = -(-(capacity + STATIC_WIDTHS[-1]) // 64) * 64
+        self.groups = lean.heads // lean.kv_heads
+        self.cache: LeanKV | None = None
+        self.tree_root = 0
+        self.graphs: dict[tuple[int, int], _GraphedPass] | None = {} if cuda_graphs else None
+        self.graph_pool = None
+
+    def _allocate(self) -> None:
+        """Cache, rope tables and constants, once (inside the first call's inference mode, as
+        LeanForward's cache). The rope tables are this forward's own: a graph keeps pointers to
+        them, and the model's shared tables grow (move) when a longer session needs them."""
+        lean = self.lean
+        self.cache = lean.new_cache(self.dtype, self.device)
+        self.cache.reserve(self.slots, exact=True)
+        self.positions = _Positions(lean.positions.inv_freq, lean.positions.rope_scale)
+        self.positions.ensure(self.capacity, self.dtype, self.device)
+        self.columns = torch.arange(self.slots, device=self.device)
+        self.chains: dict[int, torch.Tensor] = {}   # width -> lower-triangular ancestors
+
+    def _span(self, end: int) -> int:
+        span = STATIC_MIN_SPAN
+        while span < end:
+            span *= 2
+        return min(span, self.slots)
+
+    def _inputs(self, new_ids: list[int], depths: list[int], width: int) -> torch.Tensor:
+        """[3, width] longs on the host: ids, the slot each row writes, its position. Padding
+        rows: id 0, the slots after the real rows, the position of the first new token."""
+        start, pad = self.cache.length, width - len(new_ids)
+        return torch.tensor([new_ids + [0] * pad, list(range(start, start + width)),
+                             [start + d for d in depths] + [start] * pad])
+
+    def _chain(self, width: int) -> torch.Tensor:
+        """Ancestors of a chain: every earlier row (padding rows come last, so no real row sees one)."""
+        if width not in self.chains:
+            self.chains[width] = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        return self.chains[width]
+
+    def _pass(self, inputs: torch.Tensor, ancestors: torch.Tensor, span: int, rows: slice) -> torch.Tensor:
+        """The static pass on device inputs (see the class docstring): logits of `rows`."""
+        ids, write_at, where = inputs.unbind(0)
+        seen = self.columns[:span] < write_at[:1]    # the cache before the first new token
+        mask = seen.expand(ids.shape[0], -1).index_copy(1, write_at, ancestors)
+        if self.groups > 1:
+            mask = mask.repeat(self.groups, 1)
+        step = _IndexedStep(self.cache, self.positions, write_at, where, mask, span)
+        return self.lean.run(ids, step, rows)
+
+    def _run(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor | None,
+             n_logits: int) -> torch.Tensor:
+        if self.cache is None:
+            self._allocate()
+        n, start = len(new_ids), self.cache.length
+        if start + n > self.capacity:
+            raise ValueError(f"{start + n} tokens exceed the static cache's {self.capacity}")
+        width = static_width(n)
+        span = self._span(start + width)
+        inputs = self._inputs(new_ids, depths, width)
+        if ancestors is None:
+            ancestors = self._chain(width)
+        elif width > n:   # a tree: padding rows see themselves only
+            padded = torch.eye(width, dtype=torch.bool)
+            padded[:n, :n] = ancestors
+            ancestors = padded
+        first = n - min(n_logits, n)
+        if self.graphs is not None and width in STATIC_WIDTHS:
+            graph = self.graphs.get((width, span))
+            if graph is None:
+                if self.graph_pool is None:
+                    self.graph_pool = torch.cuda.graph_pool_handle()
+                run = functools.partial(self._pass, span=span)
+                graph = self.graphs[width, span] = _GraphedPass(run, inputs.to(self.device),
+                                                                ancestors.to(self.device), self.graph_pool)
+            logits = graph(inputs, ancestors)
+            # a replay overwrites its output: hand out a copy
+            rows = logits[first:n].to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+        else:
+            inputs, ancestors = inputs.to(self.device), ancestors.to(self.device)
+            rows = _float_rows(self._pass(inputs, ancestors, span, slice(first, n)))
+        self.cache.length = start + n
+        return rows
+
+    def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        return self._run(new_ids, list(range(len(new_ids))), None, n_logits)
+
+    def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
+        self.tree_root = self.cache.length if self.cache is not None else 0
+        logits = self._run(new_ids, depths, ancestors.cpu(), len(new_ids))
+        self.cache.length = self.tree_root + 1
+        return logits
+
+    def keep_path(self, nodes: list[int]) -> None:
+        root = self.tree_root
+        self.cache.keep(root + 1, [root + i for i in nodes])   # in place: graphs keep their pointers
+
+    def crop(self, length: int) -> None:
+        self.cache.length = length
+
+    def reset(self) -> None:
+        if self.cache is not None:
+            self.cache.length = 0   # keep the memory: the graphs point into it
+
+
+class _GraphedPass:
+    """One CUDA graph of StaticLeanForward._pass at one width and span. Made on a call's real
+    inputs: the warm-up passes write the same keys and values as that call (a pass is
+    idempotent), and the replay that follows returns its logits."""
+
+    def __init__(self, run, inputs: torch.Tensor, ancestors: torch.Tensor, pool):
+        self.inputs, self.ancestors = inputs, ancestors   # the static buffers, on the device
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):   # warm up off the capture stream, as torch's docs ask
+            for _ in range(2):
+                run(inputs, ancestors, rows=slice(None))
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.logits = run(inputs, ancestors, rows=slice(None))
+
+    def __call__(self, inputs: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
+        self.inputs.copy_(inputs, non_blocking=True)
+        self.ancestors.copy_(ancestors, non_blocking=True)
+        self.graph.replay()
+        return self.logits

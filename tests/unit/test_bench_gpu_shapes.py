@@ -30,5 +30,8 @@ def test_runs_on_cpu_with_tiny_shapes(capsys):
                             "--context", "32", "--reps", "1", "--calls", "1"]) == 0
     out = capsys.readouterr().out
     errors = [float(x) for x in re.findall(r"max \|logit lean - transformers\| ([0-9.e+-]+)", out)]
-    assert len(errors) == 2 and max(errors) < 1e-4     # the lean forward ran and agrees
+    assert len(errors) == 2 and max(errors) < 1e-4     # the lean forwards (dynamic, static) ran and agree
+    # columns: the dynamic and static lean forwards and transformers; CUDA graphs only on CUDA
+    headers = [line.split() for line in out.splitlines() if line.strip().startswith("width")]
+    assert headers == [["width", "transformers", "lean", "static", "(ms", "per", "call)"]] * 2
     assert out.count("| 0.") == len(gpu_shapes.ACCEPTANCE)     # one formula row per acceptance rate

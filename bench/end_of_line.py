@@ -17,19 +17,19 @@ too, and checks that every configuration shows the same ghost text.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import DEFAULT_FILES, DRAFT_CONFIGS, close_all, rotated, server_env, start_servers
+from bench.common import (DRAFT_CONFIGS, add_file_options, add_model_options, bench_parser, close_all, rotated,
+                          server_env, start_servers, usage_error)
 from bench.lsp_client import LspClient
 from bench.replay import UsageError, chosen, python_files
 from completion.stats import percentile
 from lsp import commands
-from lsp.arguments import EXIT_USAGE, OneLineParser, number
+from lsp.arguments import number
 
 PROG = "python -m bench.end_of_line"
 CONFIGS = {
@@ -203,15 +203,12 @@ def documents_cell(row: dict) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="folder of held-out .py files")
+    ap = bench_parser(PROG, __doc__)
+    add_file_options(ap)
     ap.add_argument("--real-files", action="store_true",
                     help="real held-out source files of 8-40 KB instead of --files (see above)")
-    ap.add_argument("--max-files", type=number(int, 1), default=3)
     ap.add_argument("--per-file", type=number(int, 1), default=6, help="end-of-line positions per file")
-    ap.add_argument("--target", default="default")
-    ap.add_argument("--draft", default="default", help="the draft of the configurations that use one")
+    add_model_options(ap, draft_help="the draft of the configurations that use one")
     ap.add_argument("--max-new-tokens", type=number(int, 1), default=64)
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {', '.join(CONFIGS)}")
     ap.add_argument("--threads", type=number(int, 1), default=1, help="torch threads per server")
@@ -222,8 +219,7 @@ def main(argv=None) -> int:
         positions = (real_positions(args.max_files, args.per_file) if args.real_files
                      else positions_in(args.files, args.max_files, args.per_file))
     except UsageError as exc:
-        print(f"{PROG}: {exc} (see {PROG} --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(PROG, exc)
     base = base_settings(args.target, args.draft, args.max_new_tokens)
     t0 = time.perf_counter()
     records = asyncio.run(run(configs, base, positions, Path("/tmp/specfill-bench-logs"), server_env(args.threads)))

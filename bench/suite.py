@@ -41,13 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import end_of_line, replay
-from bench.common import (DEFAULT_FILES, DEFAULT_OUT, DRAFT_CONFIGS, close_all, held_out_prompts, prompt_ids,
-                          rotated, server_env, start_servers)
+from bench.common import (DEFAULT_OUT, DRAFT_CONFIGS, add_file_options, add_model_options, add_set_option,
+                          bench_parser, close_all, held_out_prompts, prompt_ids, rotated, server_env, start_servers,
+                          usage_error)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS
 from bench.replay import UsageError, chosen
 from bench.speedup import Costs, Speedup, Totals, measure_costs, speedup
 from completion.stats import percentile
-from lsp.arguments import EXIT_USAGE, OneLineParser, number
+from lsp.arguments import number
 
 WORKLOADS = ("generate", "end-of-line", "end-of-line-real", "replay")
 REAL = "end-of-line-real"
@@ -303,25 +304,22 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
 # ------------------------------------------------------------------------------ CLI
 
 def parse_args(argv: list[str], prog: str) -> argparse.Namespace:
-    ap = OneLineParser(prog=prog, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = bench_parser(prog, __doc__)
     ap.add_argument("--quick", action="store_true", help="the smallest useful run (sizes below still apply)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated subset of {', '.join(WORKLOADS)}")
     ap.add_argument("--configs", default=",".join(DRAFT_CONFIGS),
                     help=f"comma-separated subset of {', '.join(CONFIGS)} ({BASELINE} always runs: the reference; "
                          f"default: {', '.join(DRAFT_CONFIGS)})")
-    ap.add_argument("--target", default="default", help="targetModel setting")
-    ap.add_argument("--draft", default="default", help="draftModel of the configurations that use one")
+    add_model_options(ap, "targetModel setting", "draftModel of the configurations that use one")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                    help="any other server setting for every configuration (repeatable)")
+    add_set_option(ap, "any other server setting for every configuration (repeatable)")
     sizes = Sizes()
     ap.add_argument("--prompts", type=number(int, 1), help=f"generate: held-out prompts (default {sizes.prompts})")
     ap.add_argument("--prompt-chars", type=number(int, 1), help=f"generate: characters per prompt ({sizes.prompt_chars})")
     ap.add_argument("--max-new-tokens", type=number(int, 1), help=f"generate: tokens per prompt ({sizes.max_new_tokens})")
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help="held-out .py files (default bench/files)")
-    ap.add_argument("--max-files", type=number(int, 1), help=f"end of line and replay: files used ({sizes.max_files})")
+    add_file_options(ap, "held-out .py files (default bench/files)", f"end of line and replay: files used ({sizes.max_files})",
+                     max_files_default=None)
     ap.add_argument("--per-file", type=number(int, 1), help=f"end of line: positions per file ({sizes.per_file})")
     ap.add_argument("--typed-lines", type=number(int, 1), help=f"replay: lines typed per file ({sizes.typed_lines})")
     ap.add_argument("--time-scale", type=number(float, 0),
@@ -355,8 +353,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
         scripts = (replay.load_scripts(args.files, sizes.typed_lines, 0, sizes.max_files, EDITOR_DEBOUNCE_MS)
                    if "replay" in workloads else [])
     except UsageError as exc:
-        print(f"{prog}: {exc} (see {prog} --help)", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(prog, exc)
     settings = {name: {**base, **CONFIGS[name]} for name in configs}
     load_before = _load()
     t0 = time.perf_counter()

@@ -241,7 +241,8 @@ class CompletionPipeline:
             prompts = self.build_prompts(req.uri, cur, options)
             result = self.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
                                           gen, stop_ids=prompts.target.stop_ids, cancel=cancel, stop_check=stop_check,
-                                          lookup_texts=self.lookup_texts(req.uri, cur, options))
+                                          lookup_texts=self.lookup_texts(req.uri, cur, options,
+                                                                         (prompts.window_start, prompts.window_end)))
         cleaned = None
         if result.stop_reason != "cancelled":
             cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
@@ -327,16 +328,18 @@ class CompletionPipeline:
         described.update(template=family, layout=layout)
         return TextPrompt(text, rp.stop_strings(family)), described
 
-    def lookup_texts(self, uri: str, cur: Cursor, options: CompletionOptions) -> list[LookupText]:
-        """What prompt lookup reads besides the prompt: the document, split at the cursor, and
-        the other open documents, newest first (none when `lookup_documents` is off)."""
+    def lookup_texts(self, uri: str, cur: Cursor, options: CompletionOptions,
+                     in_prompt: tuple[int, int] | None = None) -> list[LookupText]:
+        """What prompt lookup reads besides the prompt: the document (without `in_prompt`, the
+        lines the prompt holds, else split at the cursor) and the other open documents, newest
+        first (none when `lookup_documents` is off)."""
         from engine.lookup import LookupText
 
         if not options.lookup_documents:
             return []
         with self._lock:
             others = self.extra.documents(exclude_uri=uri)
-        return [LookupText(cur.lines, (cur.line, cur.character)), *(LookupText(lines) for lines in others)]
+        return [LookupText(cur.lines, (cur.line, cur.character), in_prompt), *(LookupText(lines) for lines in others)]
 
     def build_prompts(self, uri: str, cur: Cursor, options: CompletionOptions) -> Prompts:
         """The target's prompt, and how to build the draft's own (its template, window and

@@ -48,6 +48,9 @@ class LookupText:
     after the cursor is never proposed as what follows the text before it."""
     lines: Sequence[str]
     cursor: tuple[int, int] | None = None     # (line, character): the document being completed
+    # lines [first, end) of the document being completed that its prompt holds (the request's own
+    # ids cover them: reading them again would only tokenize each keystroke's block for nothing)
+    in_prompt: tuple[int, int] | None = None
 
 
 def line_blocks(lines: Sequence[str], start: int = 0, end: int | None = None) -> list[str]:
@@ -168,8 +171,13 @@ def _segments(texts: Sequence[LookupText]) -> list[Segment]:
         line, char = t.cursor
         if not 0 <= line < len(lines):
             continue
-        before = [*lines[max(0, line - WINDOW_LINES):line], lines[line][:char]]
-        after = [lines[line][char:], *lines[line + 1:line + 1 + WINDOW_LINES]]
+        if t.in_prompt is not None and t.in_prompt[0] <= line < t.in_prompt[1]:
+            first, end = t.in_prompt
+            before = lines[max(0, first - WINDOW_LINES):first]
+            after = lines[end:end + WINDOW_LINES]
+        else:
+            before = [*lines[max(0, line - WINDOW_LINES):line], lines[line][:char]]
+            after = [lines[line][char:], *lines[line + 1:line + 1 + WINDOW_LINES]]
         out += [Segment("document", line_blocks(before), nearest_last=True), Segment("document", line_blocks(after))]
     return out
 

@@ -104,6 +104,24 @@ def test_a_keystroke_retokenizes_only_the_block_it_touched(vocab):
     assert len(enc.texts) == 1 and "factor" in enc.texts[0]
 
 
+def test_the_lines_the_prompt_holds_are_not_read_again(vocab):
+    """Given the prompt's lines, lookup reads only the document around them: a keystroke inside
+    the prompt's window tokenizes nothing for lookup, and code above the window is still found."""
+    enc = CountingEncoder(vocab)
+    index = BlockIndex(enc)
+    lines = code_lines(400)
+    cursor, window = (300, len(lines[300])), (260, 330)
+    first = index.corpus([LookupText(lines, cursor, window)])
+    read = set("".join(vocab.bytes_of(list(b.ids)).decode() for b in first.blocks).split("\n"))
+    assert lines[101] in read and lines[350] in read
+    assert not read & {lines[i] for i in range(260, 330) if lines[i]}    # (code lines are distinct)
+    enc.texts.clear()
+    typed = list(lines)
+    typed[300] += "  # edited"                 # a keystroke at the cursor, inside the window
+    again = index.corpus([LookupText(typed, (300, len(typed[300])), window)])
+    assert enc.texts == [] and again.tokens == first.tokens
+
+
 def test_a_request_reads_and_tokenizes_a_bounded_number_of_tokens(vocab):
     enc = CountingEncoder(vocab)
     index = BlockIndex(enc, max_cached_tokens=20_000)

@@ -164,7 +164,7 @@ def _attend(q: torch.Tensor, kv: LeanKV, layer: int, end: int, mask, scale: floa
         # rows (exact, and no GQA expansion).
         out = F.scaled_dot_product_attention(q.view(1, kv_heads, heads // kv_heads, hd), keys, values,
                                              scale=scale)
-        return out.view(1, heads * hd)
+        return out.reshape(1, heads * hd)   # a view on a CPU; CUDA kernels may return other strides
     # torch's CPU flash kernel needs unit stride in the head dim (else it takes the slow math
     # path); queries from a wide packed matmul come transposed.
     q = q.transpose(0, 1)[None] if q.stride(-1) == 1 else q.transpose(0, 1)[None].contiguous()

@@ -2,7 +2,7 @@
 equals the dynamic lean forward and the transformers forward: prefill, every verify width 1-16
 (padded up to the static widths), after crops, trees, up to the cache's last slot; the engine's
 greedy speculative output through it equals target-alone output. CUDA graphs themselves need a
-GPU: here only their refusal on a CPU is tested."""
+GPU: on a CPU only their refusal is tested, and the graph tests at the end are skipped."""
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,7 @@ def _ids(n: int, vocab: int = VOCAB, seed: int = 0) -> list[int]:
 
 def _reference(model, ids: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        return model(torch.tensor([ids])).logits[0].float()
+        return model(torch.tensor([ids], device=model.device)).logits[0].float()
 
 
 def _close(got, want, what):
@@ -162,3 +162,47 @@ def test_cuda_graphs_are_refused_on_a_cpu():
     settings = GenerationSettings(max_new_tokens=8)
     assert engine.generate(ids, settings=settings).token_ids == base.generate(ids, settings=settings).token_ids
     assert [type(s.forward) for s in engine.pool.sessions] == [LeanForward]
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+
+
+@CUDA
+@pytest.mark.parametrize("kind", ["llama", "bigcode"])
+def test_cuda_graphs_equal_the_eager_forwards(kind):
+    gpu = torch.device("cuda")
+    model = _model(kind).to(gpu)
+    lean = make_lean(model)
+    ids = _ids(400)
+    ref = _reference(model, ids)
+    graphs = StaticLeanForward(lean, torch.float32, gpu, capacity=400, cuda_graphs=True)
+    dynamic = LeanForward(lean, torch.float32, gpu)
+    pos = 0
+    with torch.inference_mode():
+        for width in [200, *range(1, 17), 1, 3, 16, 5]:   # each width twice: captured, then replayed
+            got = graphs(ids[pos:pos + width], n_logits=width)
+            _close(got, ref[pos:pos + width], f"width {width} vs transformers")
+            _close(got, dynamic(ids[pos:pos + width], n_logits=width), f"width {width} vs dynamic")
+            pos += width
+        for crop, width in [(200, 1), (101, 13), (75, 5)]:
+            graphs.crop(crop)
+            _close(graphs(ids[crop:crop + width], n_logits=1), ref[crop + width - 1:crop + width], f"crop {crop}")
+    assert {w for w, _ in graphs.graphs} == set(STATIC_WIDTHS)   # every width captured (and spans 256, 448)
+    assert {s for _, s in graphs.graphs} == {256, 448}
+
+
+@CUDA
+def test_greedy_speculative_with_cuda_graphs_equals_target_alone():
+    target_dir, draft_dir = tiny_pair_dirs()
+    kw = dict(target=target_dir, device="cuda", dtype="float32")
+    base = Engine(EngineConfig(draft="none", **kw))
+    engine = Engine(EngineConfig(draft=draft_dir, cuda_graphs=True, **kw))
+    settings = GenerationSettings(max_new_tokens=24)
+    for prompt in ["def add(a, b):\n    return", "import os\nimport sys\n\n\ndef main(argv):\n    ",
+                   "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self."]:
+        t_ids = engine.target.vocab.encode_text(prompt)
+        got = engine.generate(t_ids, engine.draft.vocab.encode_text(prompt), settings=settings)
+        assert got.token_ids == base.generate(t_ids, settings=settings).token_ids, prompt
+    for pool in (engine.pool, engine.drafters.model.pool):   # both models ran their steps as graphs
+        assert pool.sessions and all(isinstance(s.forward, StaticLeanForward) for s in pool.sessions)
+        assert any(s.forward.graphs for s in pool.sessions)

@@ -29,7 +29,7 @@ class EngineConfig:
     lean: bool = True             # lean forward for Llama/Qwen2/GPTBigCode (False: transformers forward)
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
     lookup: bool = True           # prompt lookup alongside a draft model (the controller picks per round)
-    cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only; untested on a GPU so far)
+    cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only; run on one H200 so far)
 
 
 @dataclass

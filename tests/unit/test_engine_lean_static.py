@@ -90,15 +90,21 @@ def test_static_fills_its_cache_to_the_last_slot_and_no_further(kind):
         _close(static(ids[:5], n_logits=5), ref[:5], "after reset")
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+
+
+@pytest.mark.parametrize("graphs", [False, pytest.param(True, marks=CUDA)], ids=["cpu", "cuda-graphs"])
 @pytest.mark.parametrize("kind", ["llama", "bigcode"])
-def test_static_tree_equals_dynamic_tree(kind):
-    model = _model(kind)
+def test_static_tree_equals_dynamic_tree(kind, graphs):
+    device = torch.device("cuda" if graphs else "cpu")
+    model = _model(kind).to(device)
     lean = make_lean(model)
     prompt = _ids(40)
     # root 5 and two branches, 6 nodes (run at width 8); the second branch is accepted
     tree = build_tree(5, [[7, 9, 10], [8, 12]])
     results = []
-    for forward in (StaticLeanForward(lean, torch.float32, CPU, capacity=64), LeanForward(lean, torch.float32, CPU)):
+    for forward in (StaticLeanForward(lean, torch.float32, device, capacity=64, cuda_graphs=graphs),
+                    LeanForward(lean, torch.float32, device)):
         session = KVSession(model, 64, forward)
         session.sync(prompt)
         logits = session.advance_tree(prompt + [5], tree)
@@ -163,8 +169,6 @@ def test_cuda_graphs_are_refused_on_a_cpu():
     assert engine.generate(ids, settings=settings).token_ids == base.generate(ids, settings=settings).token_ids
     assert [type(s.forward) for s in engine.pool.sessions] == [LeanForward]
 
-
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 
 @CUDA

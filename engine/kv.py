@@ -10,6 +10,7 @@ the lean one (engine/lean.py) where the architecture has one, else the transform
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from typing import Protocol
@@ -71,6 +72,13 @@ class Forward(Protocol):
         """After `tree`: append the cached nodes `nodes` (the accepted path below the root)."""
 
 
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name under which the model's forward takes its KV cache: `cache` in newer transformers
+    5 releases, `past_key_values` before (5.17 has it). A forward ignores the name it does not know
+    (it lands in **kwargs), and then runs without its cache: wrong logits, no error."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class TransformersForward:
     """The model's own forward with a transformers DynamicCache: every architecture. Chains
     only: the engine never builds a draft tree for it (a tree would need each architecture's
@@ -80,12 +88,13 @@ class TransformersForward:
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.model, self.device = model, device
         self.cache: DynamicCache | None = None
+        self.cache_arg = cache_argument(model)
 
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
             self.cache = DynamicCache()
         x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        out = self.model(input_ids=x, use_cache=True, logits_to_keep=n_logits, **{self.cache_arg: self.cache})
         self.cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         return out.logits[0].float()
 

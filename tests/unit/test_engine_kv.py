@@ -123,3 +123,31 @@ def test_lean_forward_refuses_configs_it_does_not_compute():
                                                                      "rope_theta": 10000.0}))
     assert lean_unsupported(dynamic) == "rope type 'dynamic' (dynamic scalings change inv_freq with length)"
     assert make_lean(dynamic) is None
+
+
+class OlderApiLlama(torch.nn.Module):
+    """A real tiny Llama behind the forward signature of transformers releases before the KV
+    cache argument was renamed (5.17: `past_key_values`, not `cache`)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.config = model, model.config
+
+    def forward(self, input_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0, **kwargs):
+        return self.inner(input_ids=input_ids, cache=past_key_values, use_cache=use_cache,
+                          logits_to_keep=logits_to_keep, **kwargs)
+
+
+def test_the_transformers_forward_passes_its_cache_under_the_models_own_name():
+    """Given under a name the forward does not take, the cache would land in **kwargs and be
+    ignored: logits without the context, and no error."""
+    model = tiny_model("llama", VOCAB)
+    older = OlderApiLlama(model)
+    ids = list(range(3, 40))
+    for m in (model, older):
+        session = KVSession(m, max_tokens=512, forward=TransformersForward(m, torch.device("cpu")))
+        with torch.no_grad():
+            session.advance(ids[:30])
+            got = session.advance(ids, n_logits=3)
+        assert torch.allclose(got, _fresh(model, ids, 3), atol=1e-4)
+    assert TransformersForward(older, torch.device("cpu")).cache_arg == "past_key_values"

@@ -18,10 +18,8 @@ verify(1 + kl + km): a tree pass costs what a chain pass of its width costs (mea
 shipped target: its mask and gathered positions are a few tensor ops per pass), so
 tree rounds feed the same verify cost by width. Prompt lookup's
 acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES), and apart for copies
-from the documents beyond the prompt (DOCUMENT_CLASS); a lookup proposal that no round drafted is
-checked against what the target wrote after it (`observe_lookup`: free), so lookup's estimates
-follow the text whatever is chosen. The draft model, whose check costs its forward passes, is
-probed again every PROBE_EVERY rounds while it loses, and a single
+from the documents beyond the prompt (DOCUMENT_CLASS). A drafter that
+loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
 slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
 hiccup cannot shut drafting off for good.
 """
@@ -105,16 +103,12 @@ class DrafterEstimate:
         """A round that asked for `asked` tokens, got `drafted` and had `accepted` of them
         accepted. Position i counts once every earlier one was accepted: a draft that stopped
         short (nothing to propose, low confidence) failed at the position where it stopped."""
-        self.count(asked, accepted)
-        self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
-
-    def count(self, asked: int, accepted: int) -> None:
-        """The acceptance counts of `record`, older ones decayed."""
         self.evaluated = [v * DECAY for v in self.evaluated]
         self.accepted = [v * DECAY for v in self.accepted]
         for i in range(min(positions_reached(asked, accepted), MAX_K)):
             self.evaluated[i] += 1
             self.accepted[i] += i < accepted
+        self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
 
     def record_begin(self, ms: float) -> None:
         self.begin_ms = _ema(self.begin_ms, ms)
@@ -313,17 +307,6 @@ class DraftController:
             self.model.record_begin(begin_ms)
         self._record_lookup(plan, plan.lookup_k, *lookup, 0.0)
         self.model.record(plan.k, *model, draft_ms)
-
-    def observe_lookup(self, match: int, source: str, asked: int, agreed: int) -> None:
-        """A lookup proposal of `asked` tokens that no round drafted, of which the target then
-        wrote the first `agreed` too. Checking lookup costs nothing, so it is measured on every
-        proposal, drafted or not: its estimates follow the text without probes."""
-        if self.frozen:
-            return
-        self.lookup.count(asked, agreed)
-        if lookup_class(match, source) is not None:
-            self.lookup_estimate(match, source).count(asked, agreed)
-        self.since_lookup = 0
 
     def _record_lookup(self, plan: Plan, asked: int, drafted: int, accepted: int, draft_ms: float) -> None:
         """A lookup chain counts in the pooled estimate and in its class."""

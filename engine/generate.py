@@ -186,9 +186,6 @@ class Decoding:
     gen_bytes: bytes = b""
     model_begun: bool = False
     text_checked: int = 0
-    # lookup proposals no round drafted, to check against what the target writes:
-    # (len(out) when proposed, tokens, match, source)
-    unchecked: list[tuple[int, list[int], int, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -252,9 +249,6 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
                       found.source)
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
     # cost (counted in draft_ms, from which the controller learns a draft step's price).
-    if lookup and plan.drafter in ("none", "model") and settings.draft_length == "auto" \
-            and settings.draft_control != "heuristic":
-        d.unchecked.append((len(d.out), lookup[:CHECKED_TOKENS], found.match, found.source))
     t1 = time.perf_counter()
     stats.plan_ms += (t1 - t0) * 1000
     t0 = t1
@@ -282,28 +276,6 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         prop = Proposal(plan, cand, draft)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop
-
-
-# An undrafted lookup proposal is checked on its first few tokens: they decide whether drafting
-# it pays, and they are known within a few rounds even when nothing is drafted meanwhile.
-CHECKED_TOKENS = 4
-
-
-def _check_lookup(d: Decoding, controller: DraftController, final: bool = False) -> None:
-    """Show the controller how far the target followed each undrafted lookup proposal, once
-    that is known (it wrote a different token, or the whole proposal), or with what it wrote
-    when decoding ends."""
-    left = []
-    for at, tokens, match, source in d.unchecked:
-        written = d.out[at:at + len(tokens)]
-        agreed = common_prefix_len(written, tokens)
-        if agreed < len(written) or len(written) == len(tokens):
-            controller.observe_lookup(match, source, len(tokens), agreed)
-        elif final:
-            controller.observe_lookup(match, source, len(written), agreed)
-        else:
-            left.append((at, tokens, match, source))
-    d.unchecked = left
 
 
 def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: GenerationSettings,
@@ -390,14 +362,10 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
             accepted, bonus = _verify(prop, logits, session, settings, gen)
             _record(prop, accepted, (time.perf_counter() - t2) * 1000, stats, memory, settings)
             reason = _accept(d, accepted + [bonus], stops, target.vocab, settings, stop_check)
-            if d.unchecked:
-                _check_lookup(d, memory.controller)
             if reason is not None:
                 stop_reason = reason
                 break
 
-    if d.unchecked:
-        _check_lookup(d, memory.controller, final=True)
     if d.drafters.lookup is not None:
         d.drafters.lookup.remember(d.out)
     stats.new_tokens = len(d.out)

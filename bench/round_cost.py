@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import statistics
 import subprocess
 import sys
 import tarfile

@@ -15,6 +15,7 @@ Works on LF text; `with_eol` puts the document's line ending (CRLF) back for the
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from completion.context import Cursor
@@ -41,6 +42,7 @@ class Cut:
     reason: str       # the rule that cut: newline, max_lines, dedent, blank_line, suffix_repeat, loop, end
 
 
+CONTROL_CHAR = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 LOOP_MAX_CYCLE = 4   # lines in the longest repeated block recognised as a loop
 
 
@@ -79,6 +81,12 @@ def find_cut(text: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8
 def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8,
                      tab_size: int = 4) -> Cleaned | None:
     text = middle.replace("\r\n", "\n").replace("\r", "\n")
+    # A control character (but tab and newline) is never code anyone wants typed in, and editors
+    # draw it as ^K and the like: the answer ends before it (a small model sampled at
+    # temperature 1 writes one now and then).
+    control = CONTROL_CHAR.search(text)
+    if control is not None:
+        text = text[:control.start()]
     rest = cur.rest_of_line
     closers = is_closers_only(rest)
     code_right = bool(rest.strip()) and not closers

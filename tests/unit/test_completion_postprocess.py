@@ -59,6 +59,10 @@ CASES = [
     # CRLF documents get CRLF ghost text
     ("def f(x):\r\n    |\r\n", "a = 1\n    return a", ("a = 1\r\n    return a", 0)),
     ("def f(x):|\r\n\r\nprint(f(1))\r\n", "\r\n    return x\r\n\r\nprint(f(1))", ("\r\n    return x", 0)),
+    # control characters (not tab or newline) end the answer: never typed in, drawn as ^K
+    ("def f(x):\n    |\n", "\x0bFIELookey = 1", None),
+    ("def f(x):\n    |\n", "y = x\x0b + 1", ("y = x", 0)),
+    ("x = |", "a\x00b\x1bc", ("a", 0)),
     # nothing worth showing
     ("x = |", "", None),
     ("x = |", "   \n  ", None),

@@ -194,13 +194,6 @@ def _reading_order(segments: list[Segment]) -> list[tuple[int, int]]:
 
 
 @dataclass
-class Found:
-    tokens: list[int]
-    match: int
-    source: str
-
-
-@dataclass
 class Corpus:
     """The blocks one request looks up, in reading priority (the first wins among equal matches)."""
     blocks: list[Block] = field(default_factory=list)
@@ -232,12 +225,12 @@ class Corpus:
             corpus.next_in_text[at] = placed.get((s, i + 1), -1)
         return corpus
 
-    def find(self, seq: list[int], k: int, better_than: int, special_ids: frozenset) -> Found | None:
+    def find(self, seq: list[int], k: int, better_than: int, special_ids: frozenset) -> Draft | None:
         """The occurrence of seq's last KEY_NGRAM ids that matches the most tokens (more than
         `better_than`), the first in reading priority among equals, and up to k ids after it."""
         if len(seq) < KEY_NGRAM or better_than >= MAX_MATCH:
             return None
-        best: Found | None = None
+        best: Draft | None = None
         key = hash(tuple(seq[-KEY_NGRAM:]))
         for b, table in enumerate(self.ends):
             end = table.get(key)
@@ -248,7 +241,7 @@ class Corpus:
                 continue
             out = self._follow(b, end + 1, k, special_ids)
             if out:
-                best = Found(out, m, self.sources[b])
+                best = Draft(out, match=m, source=self.sources[b])
                 if m >= MAX_MATCH:
                     break
         return best
@@ -358,7 +351,7 @@ class NgramDrafter:
         s.proposed[found.source] = s.proposed.get(found.source, 0) + 1
         s.tokens[found.source] = s.tokens.get(found.source, 0) + len(found.tokens)
         self._last = (found.source, len(seq), found.tokens)
-        return Draft(found.tokens, match=found.match, source=found.source)
+        return found
 
     def _score(self, source: str, written: Sequence[int], tokens: list[int]) -> None:
         n = 0
@@ -366,14 +359,14 @@ class NgramDrafter:
             n += 1
         self.stats.agreed[source] = self.stats.agreed.get(source, 0) + n
 
-    def _near(self, seq: list[int], k: int) -> Found | None:
+    def _near(self, seq: list[int], k: int) -> Draft | None:
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq[-n:]
             for name, source, end in (("prompt", seq, len(seq) - n - 1),
                                       *(("completions", h, len(h) - n - 1) for h in reversed(self.history))):
                 out, start = self._follow(source, tail, end, k)
                 if out:
-                    return Found(out, n + _matched_before(source, start, seq, n), name)
+                    return Draft(out, match=n + _matched_before(source, start, seq, n), source=name)
         return None
 
     def _follow(self, source: list[int], tail: list[int], last_start: int, k: int) -> tuple[list[int], int]:

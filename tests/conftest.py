@@ -1,5 +1,4 @@
 import os
-import sys
 
 # Nothing in the tests may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

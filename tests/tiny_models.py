@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import os
 import tempfile
 from pathlib import Path
 

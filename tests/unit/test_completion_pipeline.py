@@ -86,7 +86,6 @@ def test_cache_hit_and_typing_through(engines):
 def test_engine_kv_reuse_of_layouts_over_typing(engines):
     """Real engine figures: with SPM the target's KV cache keeps almost the whole prompt
     from keystroke to keystroke; with PSM the suffix is recomputed every time."""
-    lines = DOC.split("\n")
     body = "json.load(f)"
     reuse = {}
     for layout in ("spm", "psm"):

@@ -124,7 +124,6 @@ def test_acceptance_by_position_is_counted_exactly(engines, name):
     base, others = engines
     eng = others[name]
     rounds = {"lookup": 0, "model": 0}
-    accepted = {"lookup": 0, "model": 0}
     counted = {"lookup": [0, 0], "model": [0, 0]}
     for prompt in PROMPTS[:20]:
         d_ids = _ids(eng.draft, prompt) if eng.draft is not None else None

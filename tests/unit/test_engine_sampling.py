@@ -4,7 +4,6 @@ Small vocabularies keep it fast: the exact target distribution of the first two 
 computed by forward passes, then speculative samples are tested against it. A sanity check
 shows the test rejects a wrong distribution (the draft's), so it can fail.
 """
-import json
 import math
 from collections import Counter
 

@@ -18,7 +18,6 @@ Every output is checked against the other engine's (greedy: they must be equal).
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import subprocess
 import sys
@@ -31,7 +30,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.common import ROOT, bench_parser, held_out_prompts, prompt_ids, usage_error
+from cli.generate import _draft_length as draft_length
+from lsp.arguments import number
+
+PROG = "python -m bench.round_cost"
 # The engine before this round of overhead cuts (issue 10, item 3).
 DEFAULT_BASELINE = "2eb4f92"
 # Engine functions timed, by module: what each is, in the figures.
@@ -43,12 +46,23 @@ ROUND_PHASES = ("draft", "score", "verify", "record", "accept")
 COLUMNS = (*ROUND_PHASES, "loop", "plan", "propose")   # plan and propose are parts of draft
 
 
-def engine_at(ref: str, into: Path):
-    """The `engine` package as it was at git `ref`, imported under its own name, so both
+def commit_of(ref: str) -> str | None:
+    """The short hash of the commit git `ref` names in this checkout; None if it names none."""
+    done = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--short", f"{ref}^{{commit}}"], cwd=ROOT,
+                          capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def draft_lengths(value: str) -> list[int | str]:
+    """--draft-lengths: comma-separated, each 'auto' or a number of tokens (as `specfill generate
+    --draft-length` takes it)."""
+    return [draft_length(v.strip()) for v in value.split(",")]
+
+
+def engine_at(sha: str, into: Path):
+    """The `engine` package as it was at commit `sha`, imported under its own name, so both
     engines run in one process (it imports nothing outside itself but torch, transformers,
     tokenizers)."""
-    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
     data = subprocess.run(["git", "archive", "--format=tar", sha, "engine"], cwd=ROOT, capture_output=True,
                           check=True).stdout
     top = into / f"at_{sha}"
@@ -57,7 +71,7 @@ def engine_at(ref: str, into: Path):
     name = f"engine_at_{sha}"
     (top / "engine").rename(top / name)
     sys.path.insert(0, str(top))
-    return importlib.import_module(name), sha
+    return importlib.import_module(name)
 
 
 class Timers:
@@ -188,40 +202,42 @@ def print_table(rows: list[dict]) -> None:
               f"{fw:>8.2f} {p['math'] / fw:>12.3f} {p['outside'] / fw:>15.3f} {step:>18}")
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> int:
+    ap = bench_parser(PROG, __doc__, description="What a speculative round costs outside the models' own math, "
+                                                "this tree's engine beside an older commit's.")
     ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref whose engine runs alongside ('none' to skip)")
     ap.add_argument("--ref", default=None, help="git ref of the engine to measure (default: this working tree's)")
-    ap.add_argument("--prompts", type=int, default=12)
-    ap.add_argument("--prompt-chars", type=int, default=1200)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--draft-lengths", default="4,auto", help="comma-separated: numbers and/or auto")
-    ap.add_argument("--reps", type=int, default=2, help="passes over the prompts (the first one warms up)")
+    ap.add_argument("--prompts", type=number(int, 1), default=12)
+    ap.add_argument("--prompt-chars", type=number(int, 1), default=1200)
+    ap.add_argument("--max-new-tokens", type=number(int, 1), default=48)
+    ap.add_argument("--draft-lengths", type=draft_lengths, default="4,auto",
+                    help="comma-separated: numbers and/or auto")
+    ap.add_argument("--reps", type=number(int, 1), default=2, help="passes over the prompts (the first one warms up)")
     args = ap.parse_args(argv)
+    refs = {"--ref": args.ref, "--baseline": None if args.baseline == "none" else args.baseline}
+    shas = {option: commit_of(ref) for option, ref in refs.items() if ref is not None}
+    for option, sha in shas.items():
+        if sha is None:
+            return usage_error(PROG, f"{option}: {refs[option]!r} names no git commit here")
     torch.set_num_threads(1)
-    sys.path.insert(0, str(ROOT))
-    from bench.common import held_out_prompts, prompt_ids
     import engine as this_pkg
 
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = [("this tree", this_pkg)]
-        if args.ref is not None:
-            pkg, sha = engine_at(args.ref, Path(tmp))
-            pkgs = [(f"engine {sha}", pkg)]
-        if args.baseline != "none":
-            pkg, sha = engine_at(args.baseline, Path(tmp))
-            pkgs.append((f"baseline {sha}", pkg))
+        if "--ref" in shas:
+            pkgs = [(f"engine {shas['--ref']}", engine_at(shas["--ref"], Path(tmp)))]
+        if "--baseline" in shas:
+            pkgs.append((f"baseline {shas['--baseline']}", engine_at(shas["--baseline"], Path(tmp))))
         texts = held_out_prompts(args.prompts, args.prompt_chars)
         print(f"torch {torch.__version__}, 1 thread; {args.prompts} prompts of {args.prompt_chars} characters, "
               f"{args.max_new_tokens} new tokens, {args.reps} passes (the first not counted); shipped pair")
-        for length in args.draft_lengths.split(","):
-            draft_length = length if length == "auto" else int(length)
+        for length in args.draft_lengths:
             engines = []
             for label, pkg in pkgs:
                 eng_mod = importlib.import_module(pkg.__name__ + ".engine")
                 set_mod = importlib.import_module(pkg.__name__ + ".settings")
                 engine = eng_mod.Engine(set_mod.EngineConfig(threads=1, kv_reuse=False))
-                settings = set_mod.GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=draft_length)
+                settings = set_mod.GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=length)
                 prompts = [prompt_ids(engine, t) for t in texts]
                 engines.append((label, engine, settings, prompts, instrument(pkg, engine)))
             outputs: dict[tuple[str, int], list[int]] = {}
@@ -247,7 +263,8 @@ def main(argv=None) -> None:
                     line += (f"; per propose outside the draft's math {b['propose']['outside']:.3f} -> "
                              f"{a['propose']['outside']:.3f} ms ({ratio(a['propose']['outside'], b['propose']['outside'])} less)")
                 print(line)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

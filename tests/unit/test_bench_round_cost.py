@@ -1,0 +1,44 @@
+"""bench/round_cost.py's command line: bench.common's parser, so `--help` shows the options and
+the module's text, and a bad option or git ref is one line on stderr with exit code 2, before
+any engine or model loads."""
+from __future__ import annotations
+
+import pytest
+
+from bench import round_cost
+
+PROG = "python -m bench.round_cost"
+
+
+def run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    try:
+        code = round_cost.main(args)
+    except SystemExit as exit_:   # argparse exits
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_lists_the_options_and_the_module_text(capsys):
+    code, out, err = run_main(["--help"], capsys)
+    assert code == 0 and err == ""
+    assert out.startswith(f"usage: {PROG} ")
+    for option in ("--baseline", "--ref", "--prompts", "--prompt-chars", "--max-new-tokens", "--draft-lengths",
+                   "--reps"):
+        assert option in out
+    assert "python -m bench.round_cost --baseline none" in out    # the docstring's examples, as written
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--reps", "0"], "argument --reps: expected at least 1, got 0"),
+    (["--prompts", "x"], "argument --prompts: expected an integer, got 'x'"),
+    (["--draft-lengths", "4,x"], "argument --draft-lengths: expected 'auto' or 1-16, got 'x'"),
+    (["--draft-lengths", "0"], "argument --draft-lengths: expected 'auto' or 1-16, got 0"),
+    (["--baseline", "no-such-ref"], "--baseline: 'no-such-ref' names no git commit here"),
+    (["--ref", "no-such-ref", "--baseline", "none"], "--ref: 'no-such-ref' names no git commit here"),
+])
+def test_a_bad_option_is_one_line_with_exit_code_2(args, expected, capsys):
+    code, out, err = run_main(args, capsys)
+    assert code == 2 and out == ""
+    assert err == f"{PROG}: {expected} (see {PROG} --help)\n"

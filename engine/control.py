@@ -34,6 +34,13 @@ MAX_PROBE_EVERY = 768   # ... doubled after each probe it lost, up to this (a pr
 DECAY = 0.97            # weight of older rounds in the acceptance counts (follows the text)
 COST_EMA = 0.1          # weight of a new cost measurement
 MAX_JUMP = 4.0          # a cost measurement counts as at most this many times the current estimate
+# The verify cost's fit (VerifyCost): a measurement moves the line by at most CLIP_SPREADS
+# typical errors, and the typical error by at most SPREAD_CAP of itself; the typical error is
+# taken as at least SPREAD_FLOOR of the line. (On simulated skewed rounds the fit's bias and
+# scatter were least with a clip of 1-1.5 and a cap of 2: tests/unit/test_engine_control.py.)
+CLIP_SPREADS = 1.0
+SPREAD_CAP = 2.0
+SPREAD_FLOOR = 0.05
 PRIOR_ROUNDS = 2.0      # pseudo-rounds behind the prior acceptance
 
 # Prompt-lookup proposals by how many tokens matched before them (Draft.match). Their acceptance
@@ -122,9 +129,21 @@ class DrafterEstimate:
 
 @dataclass
 class VerifyCost:
-    """The target's cost of scoring w tokens in one pass: width-1 cost plus a slope per extra token."""
+    """The target's cost of scoring w tokens in one pass, as a line: the width-1 cost plus a slope
+    per extra token, fitted online to every round's measurement.
+
+    Round times are skewed: most rounds take about the same, a few take far longer (a page fault,
+    another process). A running mean follows the skew, and a slope taken from one round at a time
+    (its time less the width-1 estimate) carries the noise of both: on the shipped target that
+    made verify(1) 5.4-5.9 ms and the slope 0.44-1.48 ms at the end of two runs of the same
+    prompts, whose rounds had medians of 4.6 ms at width 1 and about 0.6 ms more per extra token.
+    So each measurement moves the line by its error clipped to CLIP_SPREADS typical errors (a
+    Huber fit, which tracks the typical round), shared between the two coefficients in proportion
+    to what each contributes at that width (a normalised least-mean-squares step: the line's
+    error at that width shrinks by COST_EMA)."""
     one_ms: float = 0.0
     per_token_ms: float = 0.0
+    spread_ms: float = 0.0      # typical |error| of one measurement against the line
     seen: bool = False
 
     def __call__(self, width: int) -> float:
@@ -132,12 +151,19 @@ class VerifyCost:
 
     def record(self, width: int, ms: float) -> None:
         if not self.seen:
-            self.one_ms, self.per_token_ms, self.seen = ms, 0.05 * ms, True
-        elif width == 1:
-            self.one_ms = _ema(self.one_ms, ms)
-        else:
-            slope = max(0.0, (ms - self.one_ms) / (width - 1))
-            self.per_token_ms = _ema(max(self.per_token_ms, 0.01 * self.one_ms), slope)
+            self.one_ms, self.per_token_ms, self.spread_ms, self.seen = ms, 0.05 * ms, 0.1 * ms, True
+            return
+        x = width - 1
+        error = ms - self(width)
+        # the spread follows the errors, a far one counting as at most SPREAD_CAP spreads; it
+        # never falls below SPREAD_FLOOR of the line, so a steady machine that turns slower
+        # is still followed
+        spread = max(self.spread_ms, SPREAD_FLOOR * self(width))
+        clip = CLIP_SPREADS * spread
+        self.spread_ms = spread + COST_EMA * (min(abs(error), SPREAD_CAP * spread) - spread)
+        step = COST_EMA * max(-clip, min(clip, error)) / (1 + x * x)
+        self.one_ms = max(0.0, self.one_ms + step)
+        self.per_token_ms = max(0.0, self.per_token_ms + step * x)
 
 
 @dataclass

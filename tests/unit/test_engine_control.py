@@ -178,3 +178,31 @@ def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them(
     c.record(plan, plan.k, plan.k, 2.0 * plan.k, 4.0 + 0.2 * plan.k)
     assert c.probe_every["model"] == PROBE_EVERY
 
+
+
+def test_the_verify_cost_follows_the_typical_round_not_the_slow_ones():
+    """Round times are skewed (a page fault, another process): the fitted line stays near what
+    most rounds cost at each width, where a running mean would drift up with the slow ones."""
+    import random
+    from engine.control import VerifyCost
+    rnd = random.Random(0)
+    cost = VerifyCost()
+    for _ in range(2000):
+        width = rnd.choice((1, 1, 1, 2, 3, 4, 5, 8))
+        ms = (4.6 + 0.6 * (width - 1)) * rnd.uniform(0.9, 1.1)
+        if rnd.random() < 0.15:
+            ms *= rnd.uniform(2.0, 4.0)     # a slow round
+        cost.record(width, ms)
+    assert cost(1) == pytest.approx(4.6, rel=0.1)
+    assert cost.per_token_ms == pytest.approx(0.6, rel=0.25)
+
+
+def test_the_verify_cost_follows_a_machine_that_gets_slower():
+    from engine.control import VerifyCost
+    cost = VerifyCost()
+    for i in range(400):
+        cost.record(1 + i % 4, 4.0 + 0.5 * (i % 4))
+    for i in range(200):
+        cost.record(1 + i % 4, 2 * (4.0 + 0.5 * (i % 4)))
+    assert cost(1) == pytest.approx(8.0, rel=0.1)
+    assert cost.per_token_ms == pytest.approx(1.0, rel=0.2)

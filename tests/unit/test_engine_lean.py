@@ -38,6 +38,8 @@ def test_lean_forward_equals_transformers_at_every_width(kind, packed):
     model = _model(kind)
     lean = make_lean(model, pack_max_bytes=2**30 if packed else 0)
     assert lean.packed == packed
+    # packed Llama-family weights in float32 carry their RMSNorm weights (LeanLlama.folded)
+    assert getattr(lean, "folded", False) == (packed and not kind.startswith("bigcode"))
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (400,), generator=gen).tolist()

@@ -55,7 +55,8 @@ LOOKUP_CLASSES = (("match 1-2", 1, 0.35), ("match 3-5", 3, 0.5), ("match 6+", 6,
 # prompt holds far longer. Pooled with the prompt's, they were drafted long and lost
 # (acceptance 0.48 -> 0.35 at end-of-line positions of real files). (name, prior acceptance)
 DOCUMENT_CLASS = ("documents", 0.9)
-DOCUMENT_SOURCES = ("document", "open documents")    # Draft.source of such copies
+DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE = "document", "open documents"   # Draft.source of such copies
+DOCUMENT_SOURCES = (DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE)                # (engine/lookup.py names them)
 
 
 def lookup_class(match: int, source: str = "") -> str | None:

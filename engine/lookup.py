@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .control import DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE
 from .drafters import Draft
 
 # A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
@@ -156,7 +157,7 @@ class BlockIndex:
 @dataclass
 class Segment:
     """A contiguous text as its block texts, in document order: a continuation runs on into the next."""
-    source: str              # "document" (the one being completed) or "open documents"
+    source: str              # DOCUMENT_SOURCE (the one being completed) or OPEN_DOCUMENTS_SOURCE
     texts: list[str]
     nearest_last: bool = False   # the document before the cursor: its last block is the nearest
 
@@ -166,7 +167,7 @@ def _segments(texts: Sequence[LookupText]) -> list[Segment]:
     for t in texts:
         lines = t.lines
         if t.cursor is None:
-            out.append(Segment("open documents", line_blocks(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
+            out.append(Segment(OPEN_DOCUMENTS_SOURCE, line_blocks(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
             continue
         line, char = t.cursor
         if not 0 <= line < len(lines):
@@ -178,7 +179,7 @@ def _segments(texts: Sequence[LookupText]) -> list[Segment]:
         else:
             before = [*lines[max(0, line - WINDOW_LINES):line], lines[line][:char]]
             after = [lines[line][char:], *lines[line + 1:line + 1 + WINDOW_LINES]]
-        out += [Segment("document", line_blocks(before), nearest_last=True), Segment("document", line_blocks(after))]
+        out += [Segment(DOCUMENT_SOURCE, line_blocks(before), nearest_last=True), Segment(DOCUMENT_SOURCE, line_blocks(after))]
     return out
 
 
@@ -186,11 +187,11 @@ def _reading_order(segments: list[Segment]) -> list[tuple[int, int]]:
     """(segment, block) pairs, nearest first: the document's two sides take turns block by block
     from the cursor, then the other documents from their tops, newest document first."""
     sides = [[(s, i) for i in (reversed(range(len(seg.texts))) if seg.nearest_last else range(len(seg.texts)))]
-             for s, seg in enumerate(segments) if seg.source == "document"]
+             for s, seg in enumerate(segments) if seg.source == DOCUMENT_SOURCE]
     order = []
     for turn in range(max(map(len, sides), default=0)):
         order += [side[turn] for side in sides if turn < len(side)]
-    return order + [(s, i) for s, seg in enumerate(segments) if seg.source != "document" for i in range(len(seg.texts))]
+    return order + [(s, i) for s, seg in enumerate(segments) if seg.source != DOCUMENT_SOURCE for i in range(len(seg.texts))]
 
 
 @dataclass

@@ -245,3 +245,30 @@ def speedup(calls: list[dict], baseline_calls: list[dict], costs: Costs) -> Spee
     predicted, flat = predicted_rate(calls, costs)
     ratio = lambda a, b: a / b if a is not None and b else None  # noqa: E731
     return Speedup(ratio(achieved, base), ratio(predicted, base), ratio(achieved, predicted), flat)
+
+
+MAX_DRAFT = 16   # the engine's longest draft (engine.settings.MAX_DRAFT_LENGTH)
+
+
+def best_chain_speedup(a: float, step_ms: float, costs: Costs, overhead_ms: float = 0.0) -> float:
+    """Decode speedup over no draft of the best fixed-length chain (k = 1..MAX_DRAFT) from a
+    drafter accepted at rate `a` at every position, costing `step_ms` a drafted token."""
+    one = costs.verify(1) + overhead_ms
+    best = 1.0    # k = 0: no draft
+    for k in range(1, MAX_DRAFT + 1):
+        tokens = expected_tokens([a], k)
+        best = max(best, tokens * one / (k * step_ms + costs.verify(k + 1) + overhead_ms))
+    return best
+
+
+def acceptance_needed(target: float, step_ms: float, costs: Costs, overhead_ms: float = 0.0) -> float | None:
+    """The least acceptance rate (the same at every position) at which a drafter costing `step_ms`
+    a token reaches `target` x no draft's decode speed at these costs; None: not even a drafter
+    that is always right does (the bound is then the draft's and the verify width's cost)."""
+    if best_chain_speedup(1.0, step_ms, costs, overhead_ms) < target:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(30):    # the best speedup rises with a
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if best_chain_speedup(mid, step_ms, costs, overhead_ms) < target else (lo, mid)
+    return hi

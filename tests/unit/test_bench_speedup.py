@@ -106,3 +106,19 @@ def test_exact_counts_by_position_come_before_the_controllers_estimates():
     t = Totals.of(model)
     per_round = t.mean_k * costs.step["model"] + costs.verify(t.mean_k + 1) + t.overhead_ms
     assert rate == pytest.approx(expected_tokens([1 / 3, 1.0], t.mean_k) / per_round)
+
+
+def test_acceptance_needed_inverts_the_formula():
+    """The acceptance a drafter needs for a speedup, at given costs, is where the best chain's
+    predicted speedup reaches it; a costly drafter needs more, and a speedup beyond what an
+    always-right drafter gives is out of reach (None)."""
+    from bench.speedup import Costs, acceptance_needed, best_chain_speedup
+    costs = Costs(verify_one=4.0, verify_per_token=0.8, step={})
+    free = acceptance_needed(1.5, 0.0, costs)
+    assert best_chain_speedup(free, 0.0, costs) == pytest.approx(1.5, rel=1e-3)
+    # one free token at rate a for verify(2): (1 + a) * 4 / 4.8 >= 1.5 needs a >= 0.8 with k = 1,
+    # and longer chains do better, so less is needed
+    assert 0.3 < free < 0.8
+    assert acceptance_needed(1.5, 1.7, costs) > free
+    assert acceptance_needed(1.0, 1.7, costs) < acceptance_needed(1.5, 1.7, costs)
+    assert acceptance_needed(20.0, 0.0, costs) is None

@@ -48,12 +48,37 @@ def load_backend(settings: Settings) -> Backend:
                           device=settings.device, dtype=settings.dtype,
                           trust_remote_code=settings.trustRemoteCode,
                           max_cache_tokens=settings.maxCacheTokens,
-                          kv_reuse=settings.kvReuse, lookup=settings.promptLookup)
+                          kv_reuse=settings.kvReuse, lookup=settings.promptLookup,
+                          cuda_graphs=settings.cudaGraphs)
     engine = Engine(config)
     pipeline = CompletionPipeline(engine)
     load_ms = (time.perf_counter() - t0) * 1000
     log.info("loaded target=%s draft=%s in %.0f ms", settings.targetModel, settings.draftModel, load_ms)
     return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
+
+
+def cuda_graphs_note(loaded: Backend) -> str | None:
+    """One line for the user when `cudaGraphs` is on but a model runs without CUDA graphs (the
+    engine then runs its usual forward and only logs why); None when nothing needs saying."""
+    settings = loaded.settings
+    if not settings.cudaGraphs:
+        return None
+    if is_remote_target(settings.targetModel):
+        return "cudaGraphs is for local models: a remote target runs its own forward passes"
+    engine = loaded.engine
+    pools = {"target": engine.pool}
+    model_drafter = engine.drafters.model
+    if model_drafter is not None:
+        pools["draft"] = model_drafter.pool
+    if not engine.pool.cuda_graphs:   # KVPool turned them off: the model is not on CUDA
+        return (f"cudaGraphs needs a CUDA device: the models run on {engine.target.device.type}, "
+                "with plain forward passes")
+    eager = [role for role, pool in pools.items() if not pool.static]   # no lean forward to replay
+    if eager:
+        many = len(eager) > 1
+        return (f"cudaGraphs: the {' and '.join(eager)} model{'s have' if many else ' has'} no lean "
+                f"forward to capture; {'they run' if many else 'it runs'} the transformers forward")
+    return None
 
 
 def is_remote_target(target: str) -> bool:

@@ -106,6 +106,9 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     state.loading = False
     state.stats.loads += 1
     state.stats.last_load_ms = round(ms, 1)
+    note = backend.cuda_graphs_note(loaded)
+    if note is not None:   # before the progress ends: a client that waits for the load sees it
+        show(ls, note, types.MessageType.Warning)
     _end_progress(ls, token, f"ready ({ms:.0f} ms)")
     send_status(ls, loaded.engine.health.status() if hasattr(loaded.engine, "health") else LOCAL_STATUS)
     log.info("loaded %s in %.0f ms", what, ms)

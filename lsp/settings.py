@@ -29,9 +29,9 @@ from engine.settings import DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
-MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "trustRemoteCode", "maxCacheTokens",
-              "kvReuse", "promptLookup", "backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle",
-              "connectTimeoutMs", "readTimeoutMs")
+MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "cudaGraphs", "trustRemoteCode",
+              "maxCacheTokens", "kvReuse", "promptLookup", "backend", "apiKey", "apiKeyEnv", "verifyTls",
+              "caBundle", "connectTimeoutMs", "readTimeoutMs")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
 
 
@@ -104,6 +104,11 @@ class Settings:
         f"{_quoted(DEVICES)}, `cuda:N`", pattern=DEVICE_PATTERN)
     dtype: str = _setting("auto", "Weight precision (`auto`: float32 on CPU, bfloat16 or float16 "
                           "on GPUs).", _quoted(DTYPES), choices=DTYPES)
+    cudaGraphs: bool = _setting(
+        False, "Run the local models' forward passes as replayed CUDA graphs (the lean forward at "
+        "fixed shapes, each captured on its first call), which cuts the per-step launch overhead "
+        "on a GPU. CUDA only: on another device the server says so and runs them as "
+        "usual. Off by default: tried on one GPU model (H200) so far.", "true or false")
     fimTemplate: str = _setting(
         "auto", "Fill-in-the-middle prompt format; `auto` picks it from the target's tokenizer, "
         "`plain` completes from the prefix only.",

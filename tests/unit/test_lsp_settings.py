@@ -56,6 +56,7 @@ def test_unknown_keys_are_ignored_but_reported():
     ("dtype", "int4"), ("fimTemplate", "gpt"),
     ("fimLayout", "mps"), ("targetModel", ""), ("targetModel", "none"), ("draftModel", 3),
     ("debounceMs", 10**6), ("trustRemoteCode", "yes please"), ("maxDocumentChars", "big"),
+    ("cudaGraphs", 1), ("cudaGraphs", "on"),
 ])
 def test_invalid_values_name_setting_value_and_allowed(name, value):
     with pytest.raises(SettingsError) as err:
@@ -119,6 +120,28 @@ def test_the_engine_takes_every_device_the_settings_accept():
             pick_device(parse_settings({"device": "cuda:7"}, Settings()).device)
     with pytest.raises(ModelLoadError, match="tpu"):
         pick_device("tpu")
+
+
+def test_cuda_graphs_is_an_off_by_default_switch_that_reloads_the_models():
+    assert Settings().cudaGraphs is False
+    on = parse_settings({"cudaGraphs": True}, Settings())
+    assert on.cudaGraphs is True
+    assert parse_settings({"cudaGraphs": "FALSE"}, on).cudaGraphs is False
+    assert parse_settings({"cudaGraphs": None}, on).cudaGraphs is False   # null: the default
+    assert parse_assignment("cudaGraphs=true") == ("cudaGraphs", True)
+    # Graphs are captured per loaded model, so turning them on or off means loading again.
+    assert on.model_key() != Settings().model_key()
+    assert on.replace(cudaGraphs=False).model_key() == Settings().model_key()
+
+
+def test_the_readme_settings_table_is_the_generated_one():
+    """README.md holds `python -m lsp.settings --markdown` verbatim (regenerate it from there)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text().split("\n")
+    start = readme.index("| Setting | Default | Allowed | Description |")
+    end = start
+    while end < len(readme) and readme[end].startswith("|"):
+        end += 1
+    assert "\n".join(readme[start:end]) == markdown_table()
 
 
 def test_command_line_assignments_are_validated_like_editor_settings():

@@ -61,6 +61,11 @@ M.defaults = {
   --   dtype = "auto"
   --       Weight precision (`auto`: float32 on CPU, bfloat16 or float16 on GPUs). Allowed: `auto`,
   --       `float32`, `bfloat16`, `float16`.
+  --   cudaGraphs = false
+  --       Run the local models' forward passes as replayed CUDA graphs (the lean forward at fixed
+  --       shapes, each captured on its first call), which cuts the per-step launch overhead on a
+  --       GPU. CUDA only: on another device the server says so and runs them as usual. Off by
+  --       default: tried on one GPU model (H200) so far. Allowed: true or false.
   --   fimTemplate = "auto"
   --       Fill-in-the-middle prompt format; `auto` picks it from the target's tokenizer, `plain`
   --       completes from the prefix only. Allowed: `auto`, `codellama`, `starcoder`, `starcoder2`,

@@ -160,24 +160,23 @@ def test_stop_ids_per_family():
     assert {"<|file_separator|>", "<eos>"} <= names("codegemma")
 
 
-def test_qwen_repo_level_form():
-    tok = tok_for("qwen")
-    t = load_template(tok)
-    extra = (ExtraChunk("pkg/util.py", "def helper():\n    return 1\n"),)
-    ids = t.build(PRE, SUF, "psm", extra, path="pkg/main.py", repo="demo")
-    card = ("<|repo_name|>demo\n<|file_sep|>pkg/util.py\ndef helper():\n    return 1\n"
-            "<|file_sep|>pkg/main.py\n<|fim_prefix|>" + PRE + "<|fim_suffix|>" + SUF + "<|fim_middle|>")
-    assert ids == tok(card)["input_ids"]
+# Repository-level prompts (another file of the repo before the current one), as the model cards write them.
+REPO_CARD_PROMPTS = {
+    "qwen": ("psm", "<|repo_name|>demo\n<|file_sep|>pkg/util.py\ndef helper():\n    return 1\n"
+                    "<|file_sep|>pkg/main.py\n<|fim_prefix|>{pre}<|fim_suffix|>{suf}<|fim_middle|>"),
+    "starcoder2": ("spm", "<repo_name>demo<file_sep>pkg/util.py\ndef helper():\n    return 1\n<file_sep>pkg/main.py\n"
+                          "<fim_prefix><fim_suffix>{suf}<fim_middle>{pre}"),
+}
 
 
-def test_starcoder2_repo_level_form():
-    tok = tok_for("starcoder2")
+@pytest.mark.parametrize("family", sorted(REPO_CARD_PROMPTS))
+def test_repo_level_form(family):
+    tok = tok_for(family)
     t = load_template(tok)
+    layout, card = REPO_CARD_PROMPTS[family]
     extra = (ExtraChunk("pkg/util.py", "def helper():\n    return 1\n"),)
-    ids = t.build(PRE, SUF, "spm", extra, path="pkg/main.py", repo="demo")
-    card = ("<repo_name>demo<file_sep>pkg/util.py\ndef helper():\n    return 1\n<file_sep>pkg/main.py\n"
-            "<fim_prefix><fim_suffix>" + SUF + "<fim_middle>" + PRE)
-    assert ids == tok(card)["input_ids"]
+    ids = t.build(PRE, SUF, layout, extra, path="pkg/main.py", repo="demo")
+    assert ids == tok(card.format(pre=PRE, suf=SUF))["input_ids"]
 
 
 def test_extra_context_without_file_separators_goes_before_the_prefix():

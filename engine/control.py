@@ -97,8 +97,15 @@ class DrafterEstimate:
     rounds: int = 0
 
     def p(self, i: int) -> float:
-        """Probability that draft token i is accepted, given that the ones before it were."""
-        return (self.accepted[i] + self.prior * PRIOR_ROUNDS) / (self.evaluated[i] + PRIOR_ROUNDS)
+        """Probability that draft token i is accepted, given that the ones before it were: its
+        counts, shrunk towards the position before it (the first position: towards `prior`).
+        A position reached only after earlier ones were accepted is measured less often, and
+        a fixed prior there (0.6 for the draft model) made long drafts look good where only the
+        first tokens had been measured, and poor (0.34-0.54 here)."""
+        prior = self.prior
+        for j in range(i + 1):
+            prior = (self.accepted[j] + prior * PRIOR_ROUNDS) / (self.evaluated[j] + PRIOR_ROUNDS)
+        return prior
 
     def expected_tokens(self, k: int) -> float:
         total, chain = 1.0, 1.0
@@ -181,9 +188,10 @@ class Plan:
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
     """For i = 0..k: the sum of the chain products p_1...p_j for j <= i, and the products."""
     sums, chains, chain = [0.0], [1.0], 1.0
-    prior = est.prior * PRIOR_ROUNDS
+    p = est.prior
     for a, e in zip(est.accepted[:k], est.evaluated[:k]):   # est.p(i), without a call per position
-        chain *= (a + prior) / (e + PRIOR_ROUNDS)
+        p = (a + p * PRIOR_ROUNDS) / (e + PRIOR_ROUNDS)
+        chain *= p
         chains.append(chain)
         sums.append(sums[-1] + chain)
     return sums, chains

@@ -206,3 +206,15 @@ def test_the_verify_cost_follows_a_machine_that_gets_slower():
         cost.record(1 + i % 4, 2 * (4.0 + 0.5 * (i % 4)))
     assert cost(1) == pytest.approx(8.0, rel=0.1)
     assert cost.per_token_ms == pytest.approx(1.0, rel=0.2)
+
+
+def test_unmeasured_draft_positions_follow_the_measured_ones():
+    """A position only reached after earlier ones were accepted is measured less often: its
+    estimate leans on the position before it, not on a fixed prior, so a draft measured poor
+    at its first tokens is not drafted long on the strength of positions no round reached."""
+    c = controller(verify_one=4.0, per_token=0.3, model_step=0.2)
+    for _ in range(30):
+        c.model.record(1, 1, 0, 0.2)        # one-token drafts, rejected at once
+    assert c.model.p(0) < 0.1
+    assert c.model.p(5) == pytest.approx(c.model.p(0), abs=0.02)
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"

@@ -1,8 +1,13 @@
 """How a person types a block of a source file, as a list of editor changes with the gaps
 between them, and the points where an editor asks for an inline completion.
 
-The replay opens a file with one block of lines missing (a function in the middle of the
-file: the code below it is the FIM suffix) and types that block back in. Characters come
+The replay opens a file with one block of lines missing and types that block back in. Where
+the block is, `where`:
+  middle  a function in the middle of the file: the code below it is the FIM suffix, and the
+          cursor always has code on its right (the next line's code), so answers are one line;
+  end     the file's last lines (a whole top-level function or two): new code written at the
+          end of a file, nothing after the cursor, so answers may be several lines.
+Characters come
 one at a time; a newline arrives together with the next line's indentation (the editor's
 auto-indent). An editor requests a completion once typing pauses for longer than its
 debounce: after most newlines, at some word ends, and at the odd mid-word hesitation.
@@ -21,6 +26,10 @@ LINE_PAUSE_MS = (300, 1500)     # after a newline: thinking about the next line
 HESITATION_MS = (200, 600)      # a mid-word hesitation...
 HESITATION_P = 0.03             # ...this often
 EDITOR_DEBOUNCE_MS = 150        # an editor requests a completion after this much quiet
+
+MIDDLE, END = "middle", "end"   # where the typed block is (module docstring)
+PLACES = (MIDDLE, END)
+TOP_LEVEL_STARTS = ("def ", "class ", "async def ", "@", "if __name__")
 
 
 @dataclass
@@ -52,18 +61,35 @@ def block_start(lines: list[str], typed_lines: int) -> int:
     return min(start, limit)
 
 
+def end_block_start(lines: list[str], typed_lines: int) -> int:
+    """Where the file's last lines to type begin: the top-level definition (decorators included)
+    or `if __name__` block that starts nearest the last `typed_lines` lines, so whole functions
+    are typed, as long as that types at most twice `typed_lines`; else just the last lines (a
+    long function: typing its tail is still writing at the end of the file)."""
+    start = max(0, len(lines) - typed_lines)
+    starts = [i for i in range(max(0, len(lines) - 2 * typed_lines), len(lines))
+              if lines[i].startswith(TOP_LEVEL_STARTS) and not (i > 0 and lines[i - 1].startswith("@"))]
+    return min(starts, key=lambda i: (abs(i - start), i)) if starts else start
+
+
 def is_word_char(c: str) -> bool:
     return c.isalnum() or c == "_"
 
 
 def typing_script(name: str, text: str, typed_lines: int = 12, seed: int = 0,
-                  editor_debounce_ms: float = EDITOR_DEBOUNCE_MS) -> TypingScript:
+                  editor_debounce_ms: float = EDITOR_DEBOUNCE_MS, where: str = MIDDLE) -> TypingScript:
+    if where not in PLACES:
+        raise ValueError(f"where: {where!r} is not one of {', '.join(PLACES)}")
     rng = random.Random(f"{seed}:{name}")
     lines = text.splitlines(keepends=True)
     if not lines:
         return TypingScript(name, "", [], 0, 0)
-    first = block_start(lines, typed_lines)
-    block = lines[first:first + typed_lines]
+    if where == MIDDLE:
+        first = block_start(lines, typed_lines)
+        block = lines[first:first + typed_lines]
+    else:
+        first = end_block_start(lines, typed_lines)
+        block = lines[first:]
     initial = "".join(lines[:first] + lines[first + len(block):])
 
     keys: list[Keystroke] = []

@@ -4,7 +4,13 @@ over stdio, as an editor would, and time every inline completion; then run trans
 
     specfill bench [--files DIR] [--target default --draft default] [--out bench/results]
     python -m bench.replay --help
+    python -m bench.replay --append     # type each file's last lines at its end: multi-line answers
     specfill bench --suite [--quick]    # every workload, draft configurations side by side (bench/suite.py)
+
+Where the typing happens (bench/keystrokes.py): by default a block of lines in the middle of each
+file, so code always stands right of the cursor and answers are one line; with --append the file's
+last lines (a whole function or two) typed back at its end, nothing after the cursor, so the server's
+`multiline: auto` answers several lines at fresh indented lines and at ends of lines.
 
 Configurations (all on the same keystrokes; the server configurations run at once, each in its own
 server, every keystroke and request going to each in turn, so machine load hits them alike):
@@ -34,7 +40,8 @@ from pathlib import Path
 from bench import report
 from bench.common import (DEFAULT_OUT, DRAFT_CONFIGS, CallCounter, add_file_options, add_model_options,
                           add_set_option, bench_parser, close_all, rotated, server_env, start_servers, usage_error)
-from bench.keystrokes import EDITOR_DEBOUNCE_MS, TypingScript, apply, cursor_after, typing_script, utf16_column
+from bench.keystrokes import (EDITOR_DEBOUNCE_MS, END, MIDDLE, TypingScript, apply, cursor_after, typing_script,
+                              utf16_column)
 from bench.lsp_client import LspClient
 from lsp import commands
 from lsp.arguments import number
@@ -57,9 +64,10 @@ class UsageError(Exception):
 # ------------------------------------------------------------------------------ the keystrokes
 
 def load_scripts(files_dir: Path, typed_lines: int, seed: int, max_files: int,
-                 editor_debounce_ms: float) -> list[TypingScript]:
+                 editor_debounce_ms: float, where: str = MIDDLE) -> list[TypingScript]:
+    """The typing of each file (`where`: a block in the MIDDLE, or its last lines at the END)."""
     paths = python_files(files_dir)[:max_files]
-    return [typing_script(p.name, p.read_text(encoding="utf-8"), typed_lines, seed, editor_debounce_ms)
+    return [typing_script(p.name, p.read_text(encoding="utf-8"), typed_lines, seed, editor_debounce_ms, where)
             for p in paths]
 
 
@@ -314,7 +322,12 @@ def parse_args(argv):
                          "(specfill bench --suite --help)")
     add_file_options(ap, "folder of .py files to type (default: bench/files, not in the default pair's training data)",
                      "type at most this many files (sorted by name)")
-    ap.add_argument("--typed-lines", type=number(int, 1), default=12, help="lines typed per file (a block in the middle)")
+    ap.add_argument("--typed-lines", type=number(int, 1), default=12,
+                    help="lines typed per file (a block in the middle; with --append the last lines, "
+                         "widened to whole top-level functions)")
+    ap.add_argument("--append", action="store_true",
+                    help="type each file's last lines at its end (new code, nothing after the cursor: "
+                         "multi-line answers) instead of a block in the middle")
     add_model_options(ap, "targetModel setting", "draftModel setting")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
@@ -378,7 +391,8 @@ def main(argv=None) -> int:
 
 def run(args, argv: list[str]) -> int:
     configs = chosen(args.configs, ALL_CONFIGS)
-    scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms)
+    where = END if args.append else MIDDLE
+    scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms, where)
     settings = server_settings(args.target, args.draft, args.device, args.dtype, args.set)
     # generate() here runs with the same thread policy as the server's engine
     from engine.threads import set_threads
@@ -390,7 +404,7 @@ def run(args, argv: list[str]) -> int:
           f"{n_requests} completion requests per configuration", file=sys.stderr)
 
     meta = {"command": shlex.join(["specfill", "bench", *argv]), "machine": machine_description(args.machine),
-            "settings": settings, "files": [s.name for s in scripts], "typed_lines": args.typed_lines,
+            "settings": settings, "files": [s.name for s in scripts], "typed_lines": args.typed_lines, "typed_at": where,
             "editor_debounce_ms": args.editor_debounce_ms, "time_scale": args.time_scale,
             "requests_per_config": n_requests, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     records: list[dict] = []

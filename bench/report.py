@@ -216,7 +216,8 @@ def markdown(summary: dict, meta: dict) -> str:
         f"Machine: {meta['machine']}  ",
         f"Run: {meta['started']}; models: target `{s.get('targetModel')}`, draft `{s.get('draftModel')}`  ",
         f"Replay: {len(meta['files'])} files ({', '.join(meta['files'])}), {meta['typed_lines']} lines typed "
-        f"into the middle of each, {meta['requests_per_config']} completion requests per configuration "
+        f"{'at the end' if meta.get('typed_at') == 'end' else 'into the middle'} of each, "
+        f"{meta['requests_per_config']} completion requests per configuration "
         f"(editor asks after {meta['editor_debounce_ms']:.0f} ms without a keystroke).", "",
         table(summary), "",
         *[f"**Warning**: {n} model runs of {s['label']} had other prompts than generate() at the same "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import replay
-from bench.keystrokes import apply, typing_script
+from bench.keystrokes import END, apply, cursor_after, typing_script
 from tests.e2e.lsp_helpers import tiny_pair
 
 SMALL = '''"""Temperatures."""
@@ -48,6 +48,42 @@ def test_typing_script_rebuilds_the_file_and_asks_for_completions():
     assert "\n".join(lines) == SMALL
     assert script.initial_text != SMALL
     assert any(k.request == "newline" for k in script.keystrokes)
+
+
+def test_typing_at_the_end_writes_whole_functions_with_nothing_after_the_cursor():
+    script = typing_script("small.py", SMALL, typed_lines=3, seed=0, where=END)
+    # the last 3 lines widen to the whole last function (4 lines), typed after the rest of the file
+    assert script.typed_lines == 4
+    assert script.initial_text == SMALL[:SMALL.index("def describe")]
+    lines = script.initial_text.split("\n")
+    asked = 0
+    for key in script.keystrokes:
+        lines = apply(lines, key)
+        line, col = cursor_after(key)
+        # new code: nothing right of the cursor, nothing below it
+        assert lines[line][col:] == "" and all(not rest for rest in lines[line + 1:])
+        asked += bool(key.request)
+    assert "\n".join(lines) == SMALL
+    assert asked > 0
+    # the middle replay is what it was: a block with code after it
+    middle = typing_script("small.py", SMALL, typed_lines=3, seed=0)
+    assert middle.initial_text.endswith(SMALL[SMALL.index("def describe"):])
+
+
+@pytest.mark.timeout(600)
+def test_replay_at_the_end_of_files_gets_multi_line_answers(tmp_path):
+    """--append through a real server with the shipped pair: new code at the end of a file, where
+    `multiline: auto` answers several lines."""
+    out = tmp_path / "out"
+    rc = replay.main(["--files", str(small_files(tmp_path)), "--append", "--typed-lines", "4",
+                      "--configs", "no-draft", "--time-scale", "0", "--out", str(out)])
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["typed_at"] == "end"
+    texts = [r["text"] for r in data["requests"]]
+    assert len(texts) == data["meta"]["requests_per_config"] > 0
+    assert any("\n" in t.strip() for t in texts), texts
+    assert "lines typed at the end of each" in (out / "results.md").read_text()
 
 
 @pytest.mark.timeout(600)   # includes building the tiny pair when no other test has

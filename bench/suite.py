@@ -12,7 +12,13 @@ Workloads:
   end-of-line-real  the same in real held-out files of 8-40 KB (end_of_line.real_files: longer
                than the prompt's window, so prompt lookup also reads the rest of the document)
   replay       the keystroke replay: files typed into the real server, a request at every pause
-               (bench/replay.py); also shown for the requests whose answer is multi-line
+               (bench/replay.py); a block in the middle of each file, so code stands right of the
+               cursor and answers are one line; also shown for the requests whose answer is
+               multi-line (when any)
+  replay-append  the same, typing each file's last lines (a whole function or two) at its end:
+               new code with nothing after it, so `multiline: auto` answers several lines at fresh
+               indented lines and ends of lines; also shown for the requests whose answer (without
+               a draft) is multi-line
 Configurations: no-draft (the reference, always run), ngram (prompt lookup only), draft-heuristic
 (the draft model with the old +2/-1 rule), default (as shipped: draft model + lookup under the
 cost-aware controller); on request also ngram-prompt-only (lookup in the prompt and recent
@@ -44,15 +50,16 @@ from bench import end_of_line, replay
 from bench.common import (DEFAULT_OUT, DRAFT_CONFIGS, add_file_options, add_model_options, add_set_option,
                           bench_parser, close_all, held_out_prompts, prompt_ids, rotated, server_env, start_servers,
                           usage_error)
-from bench.keystrokes import EDITOR_DEBOUNCE_MS
+from bench.keystrokes import EDITOR_DEBOUNCE_MS, END, MIDDLE
 from bench.replay import UsageError, chosen
 from bench.speedup import Costs, Speedup, Totals, measure_costs, speedup
 from completion.stats import percentile
 from lsp.arguments import number
 
-WORKLOADS = ("generate", "end-of-line", "end-of-line-real", "replay")
+WORKLOADS = ("generate", "end-of-line", "end-of-line-real", "replay", "replay-append")
 REAL = "end-of-line-real"
-MULTILINE = "replay, multi-line answers"
+REPLAYS = {"replay": MIDDLE, "replay-append": END}     # replay workload -> where the typing happens
+MULTILINE_OF = {name: f"{name}, multi-line answers" for name in REPLAYS}
 BASELINE = "no-draft"
 LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`)",
           "draft-heuristic": "draft model, old +2/-1 rule", "default": "**default** (draft + lookup, cost-aware)"}
@@ -76,10 +83,12 @@ class Sizes:
     max_files: int = 3          # end of line and replay
     per_file: int = 4           # end-of-line positions per file
     typed_lines: int = 12       # replay
-    time_scale: float = 0.1
+    appended_lines: int = 8     # replay-append (widened to whole top-level functions)
+    time_scale: float = 0.1     # both replays
 
 
-QUICK = Sizes(prompts=2, prompt_chars=600, max_new_tokens=16, max_files=2, per_file=1, typed_lines=2, time_scale=0.0)
+QUICK = Sizes(prompts=2, prompt_chars=600, max_new_tokens=16, max_files=2, per_file=1, typed_lines=2,
+              appended_lines=2, time_scale=0.0)
 
 
 @dataclass
@@ -126,25 +135,35 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
     return records
 
 
-async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: list, time_scale: float,
-                      log_dir: Path, env: dict) -> Results:
-    """End of line (each set of positions: bench/files, real files), then the replay, through one
-    real server per configuration."""
+async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: dict[str, list],
+                      time_scale: float, log_dir: Path, env: dict) -> Results:
+    """End of line (each set of positions: bench/files, real files), then the replays (workload ->
+    its typing scripts), through one real server per configuration."""
+    t0 = time.perf_counter()
     clients = await start_servers(settings, env, log_dir)
+    _progress("servers started", t0)
     out: Results = {}
     try:
         for workload, at in positions.items():
+            t0 = time.perf_counter()
             asked = await end_of_line.ask_at(clients, at)
             out[workload] = {name: [Request(str(i), r["ms"], r["text"], r if "rounds" in r else None)
                                     for i, r in enumerate(rs)] for name, rs in asked.items()}
-        if scripts:
-            typed = await replay.replay_interleaved(clients, scripts, time_scale, EDITOR_DEBOUNCE_MS)
-            out["replay"] = {name: [Request(f"{r['file']}:{r['keystroke']}", r["latency_ms"], r["text"],
+            _progress(f"{workload} done", t0)
+        for workload, typing in scripts.items():
+            t0 = time.perf_counter()
+            typed = await replay.replay_interleaved(clients, typing, time_scale, EDITOR_DEBOUNCE_MS)
+            out[workload] = {name: [Request(f"{r['file']}:{r['keystroke']}", r["latency_ms"], r["text"],
                                             replay_engine_stats(r))
                                     for r in typed if r["config"] == name] for name in clients}
+            _progress(f"{workload} done", t0)
     finally:
         await close_all(clients)
     return out
+
+
+def _progress(what: str, since: float) -> None:
+    print(f"bench.suite: {what} ({time.perf_counter() - since:.0f} s)", file=sys.stderr)
 
 
 def replay_engine_stats(record: dict) -> dict | None:
@@ -255,20 +274,33 @@ def goals(rows: list[Row]) -> list[tuple[str, str, bool | None]]:
     v = r and r.p50_ms
     out.append((f"(b) end of line: default p50 < {GOAL_EOL_P50_MS:.0f} ms", _f(v, ".0f", " ms"),
                 None if v is None else v < GOAL_EOL_P50_MS))
-    r = default("replay")
-    v = r and r.p50_speedup
-    out.append(("(c) replay: default p50 not slower than no draft", _f(v, ".2f", "x"), None if v is None else v >= 1.0))
-    r = default(MULTILINE)
-    v = r and r.p50_speedup
-    out.append((f"(c) replay, multi-line answers: default >= {GOAL_MULTILINE}x at p50",
-                _f(v, ".2f", "x") if r else "no multi-line answer in this replay",
-                None if v is None else v >= GOAL_MULTILINE))
+    for workload in REPLAYS:
+        r = default(workload)
+        v = r and r.p50_speedup
+        if r or workload == "replay":
+            out.append((f"(c) {workload}: default p50 not slower than no draft", _f(v, ".2f", "x"),
+                        None if v is None else v >= 1.0))
+    out.append(multiline_goal(at))
     effs = [(r.workload, r.speedup.efficiency) for r in rows if r.config == "default" and r.speedup.efficiency]
     if effs:
         low = min(e for _, e in effs)
         out.append((f"efficiency >= {100 * GOAL_EFFICIENCY:.0f}% (default, every workload)",
                     ", ".join(f"{w} {100 * e:.0f}%" for w, e in effs), low >= GOAL_EFFICIENCY))
     return out
+
+
+def multiline_goal(at: dict[tuple[str, str], Row]) -> tuple[str, str, bool | None]:
+    """(c)'s multi-line goal, over the requests whose answer without a draft has several lines:
+    those of replay-append (where new code is written at the end of a file), else of the replay
+    when it had any."""
+    goal = f"(c) replay, multi-line answers: default >= {GOAL_MULTILINE}x at p50"
+    for workload in ("replay-append", "replay"):
+        r = at.get((MULTILINE_OF[workload], "default"))
+        if r:
+            v = r.p50_speedup
+            return goal, f"{_f(v, '.2f', 'x')} ({workload}, {r.requests} requests)", \
+                None if v is None else v >= GOAL_MULTILINE
+    return goal, "no multi-line answer in the replays run", None
 
 
 def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
@@ -322,8 +354,11 @@ def parse_args(argv: list[str], prog: str) -> argparse.Namespace:
                      max_files_default=None)
     ap.add_argument("--per-file", type=number(int, 1), help=f"end of line: positions per file ({sizes.per_file})")
     ap.add_argument("--typed-lines", type=number(int, 1), help=f"replay: lines typed per file ({sizes.typed_lines})")
+    ap.add_argument("--appended-lines", type=number(int, 1),
+                    help=f"replay-append: last lines typed per file, widened to whole top-level functions "
+                         f"({sizes.appended_lines})")
     ap.add_argument("--time-scale", type=number(float, 0),
-                    help=f"replay: real sleep per keystroke gap, as a fraction of the typist's ({sizes.time_scale})")
+                    help=f"replays: real sleep per keystroke gap, as a fraction of the typist's ({sizes.time_scale})")
     ap.add_argument("--threads", type=number(int, 0), default=1, help="torch threads per engine and server (0 = auto)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where suite.md and suite.json go (bench/results)")
     ap.add_argument("--machine", default="", help="words describing the machine, quoted in the report")
@@ -350,8 +385,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
             positions["end-of-line"] = end_of_line.positions_in(args.files, sizes.max_files, sizes.per_file)
         if REAL in workloads:
             positions[REAL] = end_of_line.real_positions(sizes.max_files, sizes.per_file)
-        scripts = (replay.load_scripts(args.files, sizes.typed_lines, 0, sizes.max_files, EDITOR_DEBOUNCE_MS)
-                   if "replay" in workloads else [])
+        lines = {"replay": sizes.typed_lines, "replay-append": sizes.appended_lines}
+        scripts = {w: replay.load_scripts(args.files, lines[w], 0, sizes.max_files, EDITOR_DEBOUNCE_MS, where)
+                   for w, where in REPLAYS.items() if w in workloads}
     except UsageError as exc:
         return usage_error(prog, exc)
     settings = {name: {**base, **CONFIGS[name]} for name in configs}
@@ -367,9 +403,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
         args.out.mkdir(parents=True, exist_ok=True)
         results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
                                                args.out / "logs" / "suite", server_env(args.threads))))
-        multiline = multiline_requests(results["replay"]) if "replay" in results else {}
-        if any(multiline.values()):
-            results[MULTILINE] = multiline
+        for workload in REPLAYS:
+            multiline = multiline_requests(results[workload]) if workload in results else {}
+            if any(multiline.values()):
+                results[MULTILINE_OF[workload]] = multiline
     meta = {"command": shlex.join([*prog.split(), *argv]), "machine": replay.machine_description(args.machine),
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() - (time.perf_counter() - t0))),
             "seconds": time.perf_counter() - t0, "load_before": load_before, "load_after": _load(),
@@ -382,12 +419,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
     (args.out / "suite.json").write_text(json.dumps({
         "meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
         "requests": {w: {c: [dataclasses.asdict(r) for r in rs] for c, rs in by.items()}
-                     for w, by in results.items() if w != MULTILINE}}, indent=1), encoding="utf-8")
+                     for w, by in results.items() if w not in MULTILINE_OF.values()}}, indent=1), encoding="utf-8")
     print(f"{prog}: wrote {args.out / 'suite.md'} and suite.json", file=sys.stderr)
     return 0
 
 
-def describe(sizes: Sizes, workloads: list[str], scripts: list) -> str:
+def describe(sizes: Sizes, workloads: list[str], scripts: dict[str, list]) -> str:
     parts = []
     if "generate" in workloads:
         parts.append(f"generate: {sizes.prompts} prompts of {sizes.prompt_chars} characters, "
@@ -397,11 +434,12 @@ def describe(sizes: Sizes, workloads: list[str], scripts: list) -> str:
     if REAL in workloads:
         files = ", ".join(p.name for p in end_of_line.real_files(sizes.max_files))
         parts.append(f"end of line, real files: {sizes.per_file} positions in each of {files}")
-    if "replay" in workloads:
-        keys = sum(len(s.keystrokes) for s in scripts)
-        asks = sum(1 for s in scripts for k in s.keystrokes if k.request)
-        parts.append(f"replay: {sizes.typed_lines} lines typed in each of {len(scripts)} files "
-                     f"({keys} keystrokes, {asks} requests)")
+    for workload, typing in scripts.items():
+        keys = sum(len(s.keystrokes) for s in typing)
+        asks = sum(1 for s in typing for k in s.keystrokes if k.request)
+        where = "in the middle of" if REPLAYS[workload] == MIDDLE else "at the end of"
+        parts.append(f"{workload}: {', '.join(str(s.typed_lines) for s in typing)} lines typed {where} "
+                     f"{len(typing)} files ({keys} keystrokes, {asks} requests)")
     return "; ".join(parts)
 
 

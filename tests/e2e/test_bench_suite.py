@@ -10,6 +10,7 @@ import pytest
 
 from bench import suite
 from tests.e2e.lsp_helpers import tiny_pair
+from tests.e2e.test_bench import small_files
 
 NUMBER = r"\d+(\.\d+)?"
 
@@ -79,3 +80,31 @@ def test_the_suite_prints_every_workload_and_configuration(tmp_path, capsys):
         assert s["efficiency"] == pytest.approx(s["achieved"] / s["predicted"])
     engine_runs = [r["engine"] for by in saved["requests"].values() for rs in by.values() for r in rs if r["engine"]]
     assert engine_runs and all(e["rounds"] >= 1 and e["new_tokens"] >= 0 for e in engine_runs)
+
+
+@pytest.mark.timeout(600)
+def test_replay_append_reports_its_multi_line_requests(tmp_path, capsys):
+    """The replay that writes new code at the end of a file, on the shipped pair: several of its
+    answers are multi-line, those requests get rows of their own, and (c)'s multi-line goal is
+    measured on them."""
+    out = tmp_path / "out"
+    rc = suite.main(["--workloads", "replay-append", "--configs", "default", "--files", str(small_files(tmp_path)),
+                     "--appended-lines", "4", "--time-scale", "0", "--out", str(out)])
+    assert rc == 0
+    md = (out / "suite.md").read_text()
+    assert md.strip() in capsys.readouterr().out
+    rows = cells_of(md)
+    counts = {}
+    for workload in ("replay-append", suite.MULTILINE_OF["replay-append"]):
+        for config in ("no-draft", "default"):
+            requests, *_, same = rows[(workload, suite.LABELS[config])]
+            n = int(re.fullmatch(r"(\d+) \(\d+\)", requests).group(1))
+            assert same == f"{n}/{n}", (workload, config)
+            counts[workload] = n
+    typed, multiline = counts["replay-append"], counts[suite.MULTILINE_OF["replay-append"]]
+    assert 0 < multiline <= typed
+    saved = json.loads((out / "suite.json").read_text())
+    answers = [r["output"] for r in saved["requests"]["replay-append"]["no-draft"]]
+    assert sum("\n" in a for a in answers) == multiline
+    goal = next(line for line in md.splitlines() if line.startswith("| (c) replay, multi-line answers"))
+    assert re.search(rf"\| {NUMBER}x \(replay-append, {multiline} requests\) \| (yes|\*\*no\*\*) \|$", goal), goal

@@ -162,22 +162,31 @@ def server_settings() -> dict:
 
 
 @contextlib.contextmanager
+def nvim_in_new_folder(prefix: str, setup: dict, file_name: str, before_setup: str = "",
+                       files: dict[str, str] | None = None):
+    """A real Neovim with the plugin's setup(`setup`), on `file_name` in a new temporary folder
+    where `files` were written first; closed and the folder removed afterwards."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))  # short: unix socket paths max ~100 chars
+    for name, text in (files or {}).items():
+        (tmp / name).write_text(text)
+    nv = Nvim(tmp, setup, file_name, before_setup=before_setup)
+    try:
+        yield nv
+    finally:
+        nv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def attached_nvim(prefix: str, settings: dict, file_name: str, before_setup: str = "",
                   files: dict[str, str] | None = None):
     """A real Neovim with the plugin set up (`settings` for a server over stdio), on `file_name`
     in a new temporary folder where `files` were written first, once the server attached; closed
     and removed afterwards."""
-    tmp = Path(tempfile.mkdtemp(prefix=prefix))  # short: unix socket paths max ~100 chars
-    for name, text in (files or {}).items():
-        (tmp / name).write_text(text)
     setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 30}
-    nv = Nvim(tmp, setup, file_name, before_setup=before_setup)
-    try:
+    with nvim_in_new_folder(prefix, setup, file_name, before_setup, files) as nv:
         nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
         yield nv
-    finally:
-        nv.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -187,14 +196,18 @@ def editor():
         yield nv
 
 
+def fresh_buffer(nv: Nvim, name: str) -> None:
+    """Normal mode, a new empty Python file with the server attached."""
+    nv.send("<C-\\><C-N>")
+    nv.wait("vim.api.nvim_get_mode().mode == 'n'", 10, "normal mode")
+    nv.lua(f"vim.cmd.edit({lua_string(str(nv.dir / name))})")
+    nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+
+
 @pytest.fixture
 def nvim(editor, request):
     """The editor, in normal mode, on a new empty Python file attached to the server."""
-    editor.send("<C-\\><C-N>")
-    editor.wait("vim.api.nvim_get_mode().mode == 'n'", 10, "normal mode")
-    name = re.sub(r"\W", "_", request.node.name) + ".py"
-    editor.lua(f"vim.cmd.edit({lua_string(str(editor.dir / name))})")
-    editor.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+    fresh_buffer(editor, re.sub(r"\W", "_", request.node.name) + ".py")
     return editor
 
 
@@ -202,15 +215,10 @@ def nvim(editor, request):
 def bare_editor():
     """A Neovim with the plugin set up under another client name, on filetypes no file has:
     no server ever starts."""
-    tmp = Path(tempfile.mkdtemp(prefix="sfnv"))
     setup = {"cmd": [sys.executable, "-m", "lsp"], "name": "sfother",
              "filetypes": ["specfill-none"]}
-    nv = Nvim(tmp, setup, "plain.py")
-    try:
+    with nvim_in_new_folder("sfnv", setup, "plain.py") as nv:
         yield nv
-    finally:
-        nv.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def checkhealth(nv: Nvim) -> str:
@@ -416,14 +424,9 @@ def test_checkhealth_follows_the_configured_client_name(bare_editor):
 @pytest.fixture
 def broken_editor():
     """A Neovim whose server command fails at once: the real server with a bad option."""
-    tmp = Path(tempfile.mkdtemp(prefix="sfnv"))
     setup = {"cmd": [sys.executable, "-m", "lsp", "--log-level", "loud"]}
-    nv = Nvim(tmp, setup, "broken.py")
-    try:
+    with nvim_in_new_folder("sfnv", setup, "broken.py") as nv:
         yield nv
-    finally:
-        nv.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_server_that_cannot_start_is_diagnosed(broken_editor):

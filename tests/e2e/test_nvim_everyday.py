@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, attached_nvim, lua_string, server_settings, type_until_ghost
+from tests.e2e.test_nvim import (WAIT_MODEL_S, Nvim, attached_nvim, fresh_buffer, lua_string, server_settings,
+                                 server_stats, type_until_ghost)
 
 USER_MAPPINGS = """
 vim.keymap.set('i', '<Tab>', function() return 'TAB!' end, { expr = true, desc = 'my tab' })
@@ -25,26 +26,11 @@ def editor():
         yield nv
 
 
-def fresh_buffer(nv: Nvim, name: str) -> None:
-    """Normal mode, a new empty Python file with the server attached."""
-    nv.send("<C-\\><C-N>")
-    nv.wait("vim.api.nvim_get_mode().mode == 'n'", 10, "normal mode")
-    nv.lua(f"vim.cmd.edit({lua_string(str(nv.dir / name))})")
-    nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
-
-
 @pytest.fixture
 def nvim(editor, request):
     editor.lua("vim.b.specfill_hidden = nil; require('specfill.state').opts.auto_trigger = true")
     fresh_buffer(editor, re.sub(r"\W", "_", request.node.name) + ".py")
     return editor
-
-
-def server_stats(nv: Nvim) -> dict:
-    nv.lua("_G.sf_stats = nil; require('specfill').stats(function(err, r) _G.sf_stats = { err = err or false, r = r } end)")
-    stats = nv.wait("_G.sf_stats", 30, "specfill.stats")
-    assert not stats["err"], stats
-    return stats["r"]
 
 
 def line(nv: Nvim) -> str:

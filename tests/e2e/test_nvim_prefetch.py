@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, attached_nvim, lua_string, server_settings, type_until_ghost
-from tests.e2e.test_nvim_everyday import fresh_buffer, server_stats
+from tests.e2e.test_nvim import (WAIT_MODEL_S, Nvim, attached_nvim, fresh_buffer, lua_string, server_settings,
+                                 server_stats, type_until_ghost)
 
 
 @pytest.fixture(scope="module")

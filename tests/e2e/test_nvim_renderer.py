@@ -9,14 +9,12 @@ table in its place before setup(): what is checked is the plugin's choice and it
 Neovim's renderer, which these tests never run."""
 from __future__ import annotations
 
-import shutil
+import contextlib
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_nvim import Nvim, checkhealth
+from tests.e2e.test_nvim import Nvim, checkhealth, nvim_in_new_folder
 
 # Counts the calls the plugin makes into it: the own renderer makes none.
 STAND_IN = """
@@ -31,20 +29,14 @@ vim.lsp.inline_completion = {
 @pytest.fixture
 def editor_with(request):
     """A Neovim set up with `renderer` (and the stand-in when asked), where no server starts."""
-    made = []
+    with contextlib.ExitStack() as made:
+        def make(renderer: str, stand_in: bool) -> Nvim:
+            setup = {"cmd": [sys.executable, "-m", "lsp"], "name": "sfother",
+                     "filetypes": ["specfill-none"], "renderer": renderer}
+            return made.enter_context(nvim_in_new_folder("sfnv", setup, "plain.py",
+                                                         before_setup=STAND_IN if stand_in else ""))
 
-    def make(renderer: str, stand_in: bool) -> Nvim:
-        tmp = Path(tempfile.mkdtemp(prefix="sfnv"))
-        setup = {"cmd": [sys.executable, "-m", "lsp"], "name": "sfother",
-                 "filetypes": ["specfill-none"], "renderer": renderer}
-        nv = Nvim(tmp, setup, "plain.py", before_setup=STAND_IN if stand_in else "")
-        made.append((nv, tmp))
-        return nv
-
-    yield make
-    for nv, tmp in made:
-        nv.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        yield make
 
 
 def insert_map_desc(nv: Nvim, lhs: str):

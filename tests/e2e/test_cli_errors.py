@@ -22,10 +22,10 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env={**SERVER_ENV, **(env or {})}, cwd=ROOT, timeout=240)
 
 
-def in_process(args: list[str], capsys) -> tuple[int, str, str]:
-    """`specfill ARGS` in this process: exit code, stdout, stderr."""
+def in_process(args: list[str], capsys, entry=main) -> tuple[int, str, str]:
+    """`specfill ARGS` (or another command line's `entry`) in this process: exit code, stdout, stderr."""
     try:
-        code = main(args)
+        code = entry(args)
     except SystemExit as exit_:   # argparse exits
         code = exit_.code
     out, err = capsys.readouterr()

@@ -6,21 +6,13 @@ from __future__ import annotations
 import pytest
 
 from bench import round_cost
+from tests.e2e.test_cli_errors import assert_one_line_error, in_process
 
 PROG = "python -m bench.round_cost"
 
 
-def run_main(args: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = round_cost.main(args)
-    except SystemExit as exit_:   # argparse exits
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_help_lists_the_options_and_the_module_text(capsys):
-    code, out, err = run_main(["--help"], capsys)
+    code, out, err = in_process(["--help"], capsys, round_cost.main)
     assert code == 0 and err == ""
     assert out.startswith(f"usage: {PROG} ")
     for option in ("--baseline", "--ref", "--prompts", "--prompt-chars", "--max-new-tokens", "--draft-lengths",
@@ -39,6 +31,6 @@ def test_help_lists_the_options_and_the_module_text(capsys):
     (["--ref", "no-such-ref", "--baseline", "none"], "--ref: 'no-such-ref' names no git commit here"),
 ])
 def test_a_bad_option_is_one_line_with_exit_code_2(args, expected, capsys):
-    code, out, err = run_main(args, capsys)
-    assert code == 2 and out == ""
+    code, out, err = in_process(args, capsys, round_cost.main)
+    assert_one_line_error(code, out, err)
     assert err == f"{PROG}: {expected} (see {PROG} --help)\n"

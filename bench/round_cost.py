@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from bench.common import ROOT, bench_parser, held_out_prompts, prompt_ids, usage_error
-from cli.generate import _draft_length as draft_length
+from cli.generate import draft_length
 from lsp.arguments import number
 
 PROG = "python -m bench.round_cost"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from engine import LoadedModel
 
 
-def _draft_length(value: str) -> int | str:
+def draft_length(value: str) -> int | str:
     from engine.settings import MAX_DRAFT_LENGTH
 
     if value == "auto":
@@ -55,7 +55,7 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--draft", default="default", help="hub id, local dir, 'default', 'ngram' or 'none'")
     p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
     p.add_argument("--max-new-tokens", type=number(int, 1), default=64)
-    p.add_argument("--draft-length", type=_draft_length, default="auto", help="'auto' or a number of tokens")
+    p.add_argument("--draft-length", type=draft_length, default="auto", help="'auto' or a number of tokens")
     p.add_argument("--draft-control", default="cost", choices=DRAFT_CONTROLS,
                    help="how --draft-length auto decides: cost (measured tokens/ms) or heuristic (+2/-1)")
     p.add_argument("--no-lookup", action="store_true", help="no prompt lookup beside the draft model")

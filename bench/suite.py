@@ -136,12 +136,12 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
 
 
 async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: dict[str, list],
-                      time_scale: float, log_dir: Path, env: dict) -> Results:
+                      time_scale: float, log_dir: Path, env: dict, prog: str = "bench.suite") -> Results:
     """End of line (each set of positions: bench/files, real files), then the replays (workload ->
     its typing scripts), through one real server per configuration."""
     t0 = time.perf_counter()
     clients = await start_servers(settings, env, log_dir)
-    _progress("servers started", t0)
+    _progress(prog, "servers started", t0)
     out: Results = {}
     try:
         for workload, at in positions.items():
@@ -149,21 +149,21 @@ async def run_servers(settings: dict[str, dict], positions: dict[str, list], scr
             asked = await end_of_line.ask_at(clients, at)
             out[workload] = {name: [Request(str(i), r["ms"], r["text"], r if "rounds" in r else None)
                                     for i, r in enumerate(rs)] for name, rs in asked.items()}
-            _progress(f"{workload} done", t0)
+            _progress(prog, f"{workload} done", t0)
         for workload, typing in scripts.items():
             t0 = time.perf_counter()
             typed = await replay.replay_interleaved(clients, typing, time_scale, EDITOR_DEBOUNCE_MS)
             out[workload] = {name: [Request(f"{r['file']}:{r['keystroke']}", r["latency_ms"], r["text"],
                                             replay_engine_stats(r))
                                     for r in typed if r["config"] == name] for name in clients}
-            _progress(f"{workload} done", t0)
+            _progress(prog, f"{workload} done", t0)
     finally:
         await close_all(clients)
     return out
 
 
-def _progress(what: str, since: float) -> None:
-    print(f"bench.suite: {what} ({time.perf_counter() - since:.0f} s)", file=sys.stderr)
+def _progress(prog: str, what: str, since: float) -> None:
+    print(f"{prog}: {what} ({time.perf_counter() - since:.0f} s)", file=sys.stderr)
 
 
 def replay_engine_stats(record: dict) -> dict | None:
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
     if positions or scripts:
         args.out.mkdir(parents=True, exist_ok=True)
         results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
-                                               args.out / "logs" / "suite", server_env(args.threads))))
+                                               args.out / "logs" / "suite", server_env(args.threads), prog)))
         for workload in REPLAYS:
             multiline = multiline_requests(results[workload]) if workload in results else {}
             if any(multiline.values()):

@@ -7,10 +7,9 @@ the block is, `where`:
           cursor always has code on its right (the next line's code), so answers are one line;
   end     the file's last lines (a whole top-level function or two): new code written at the
           end of a file, nothing after the cursor, so answers may be several lines.
-Characters come
-one at a time; a newline arrives together with the next line's indentation (the editor's
-auto-indent). An editor requests a completion once typing pauses for longer than its
-debounce: after most newlines, at some word ends, and at the odd mid-word hesitation.
+Characters come one at a time; a newline arrives together with the next line's indentation
+(the editor's auto-indent). An editor requests a completion once typing pauses for longer than
+its debounce: after most newlines, at some word ends, and at the odd mid-word hesitation.
 Everything is drawn from a seeded generator, so every configuration replays the same keys.
 """
 from __future__ import annotations

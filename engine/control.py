@@ -96,21 +96,26 @@ class DrafterEstimate:
     accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_K)
     rounds: int = 0
 
+    def acceptance(self, k: int) -> list[float]:
+        """p(0) ... p(k - 1) (see `p`), in one pass."""
+        out, p = [], self.prior
+        for a, e in zip(self.accepted[:k], self.evaluated[:k]):
+            p = (a + p * PRIOR_ROUNDS) / (e + PRIOR_ROUNDS)
+            out.append(p)
+        return out
+
     def p(self, i: int) -> float:
         """Probability that draft token i is accepted, given that the ones before it were: its
         counts, shrunk towards the position before it (the first position: towards `prior`).
         A position reached only after earlier ones were accepted is measured less often, and
         a fixed prior there (0.6 for the draft model) made long drafts look good where only the
         first tokens had been measured, and poor (0.34-0.54 here)."""
-        prior = self.prior
-        for j in range(i + 1):
-            prior = (self.accepted[j] + prior * PRIOR_ROUNDS) / (self.evaluated[j] + PRIOR_ROUNDS)
-        return prior
+        return self.acceptance(i + 1)[i]
 
     def expected_tokens(self, k: int) -> float:
         total, chain = 1.0, 1.0
-        for i in range(k):
-            chain *= self.p(i)
+        for p in self.acceptance(k):
+            chain *= p
             total += chain
         return total
 
@@ -131,7 +136,7 @@ class DrafterEstimate:
 
     def summary(self) -> dict:
         ms = lambda v: None if v is None else round(v, 3)  # noqa: E731
-        return {"acceptance_by_position": [round(self.p(i), 3) for i in range(8)],
+        return {"acceptance_by_position": [round(p, 3) for p in self.acceptance(8)],
                 "step_ms": ms(self.step_ms), "begin_ms": ms(self.begin_ms), "rounds": self.rounds}
 
 
@@ -188,9 +193,7 @@ class Plan:
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
     """For i = 0..k: the sum of the chain products p_1...p_j for j <= i, and the products."""
     sums, chains, chain = [0.0], [1.0], 1.0
-    p = est.prior
-    for a, e in zip(est.accepted[:k], est.evaluated[:k]):   # est.p(i), without a call per position
-        p = (a + p * PRIOR_ROUNDS) / (e + PRIOR_ROUNDS)
+    for p in est.acceptance(k):
         chain *= p
         chains.append(chain)
         sums.append(sums[-1] + chain)

@@ -122,3 +122,10 @@ def test_acceptance_needed_inverts_the_formula():
     assert acceptance_needed(1.5, 1.7, costs) > free
     assert acceptance_needed(1.0, 1.7, costs) < acceptance_needed(1.5, 1.7, costs)
     assert acceptance_needed(20.0, 0.0, costs) is None
+
+
+def test_the_longest_draft_is_the_engines():
+    """bench/speedup keeps the engine's longest draft as its own number (it imports no torch)."""
+    from bench.speedup import MAX_DRAFT
+    from engine.settings import MAX_DRAFT_LENGTH
+    assert MAX_DRAFT == MAX_DRAFT_LENGTH

@@ -4,17 +4,30 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from . import datastore
 from .drafters import ModelDrafter, TextDrafter
 from .lookup import BlockIndex, LookupText, NgramDrafter
 from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
 from .kv import KVPool
-from .models import LoadedModel, ModelLoadError, load_model
+from .models import LoadedModel, ModelLoadError, load_model, resolve_name
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
 from .threads import set_threads
 
 
 def same_vocabulary(a, b) -> bool:
     return a.get_vocab() == b.get_vocab()
+
+
+def load_datastore(config: EngineConfig, target: LoadedModel) -> datastore.Datastore | None:
+    """The datastore the config names for this target (None: none); ModelLoadError if the one
+    named cannot serve it."""
+    try:
+        path = datastore.resolve(config.datastore, resolve_name(config.target, "target"))
+        return datastore.Datastore.load(path, target.tokenizer.get_vocab()) if path else None
+    except datastore.DatastoreError as exc:
+        if config.datastore == "auto":    # a stale file beside a model: serve without it
+            return None
+        raise ModelLoadError(str(exc)) from None
 
 
 class Engine:
@@ -30,8 +43,10 @@ class Engine:
         self.draft: LoadedModel | None = None
         self.memory = DraftMemory()
         vocab = self.target.vocab
+        self.datastore = load_datastore(config, self.target) if config.draft != "none" else None
         lookup = NgramDrafter(special_ids=vocab.special_ids,
-                              index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix))
+                              index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix),
+                              datastore=self.datastore)
         if config.draft == "none":
             self.drafters = Drafters()
         elif config.draft == "ngram":

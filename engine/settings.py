@@ -30,6 +30,9 @@ class EngineConfig:
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
     lookup: bool = True           # prompt lookup alongside a draft model (the controller picks per round)
     cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only; run on one H200 so far)
+    # the target's answers that lookup drafts from too (engine/datastore.py): "auto" (the
+    # target directory's datastore.npz, if any), "none", or a file
+    datastore: str = "auto"
 
 
 @dataclass

@@ -66,7 +66,8 @@ def _sorted_suffixes(rev: np.ndarray) -> np.ndarray:
     h = 1
     while h < MAX_MATCH:
         second = np.zeros(n, dtype=np.int64)
-        second[:n - h] = rank[h:]
+        if h < n:
+            second[:n - h] = rank[h:]
         key = rank * (n + 1) + second
         _, rank = np.unique(key, return_inverse=True)
         rank = rank.astype(np.int64) + 1

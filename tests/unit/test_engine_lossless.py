@@ -39,15 +39,31 @@ MAX_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def engines():
+def engines(tmp_path_factory):
     target_dir, draft_dir = tiny_pair_dirs()
     base = Engine(EngineConfig(target=target_dir, draft="none"))
+    store = str(target_datastore(base, tmp_path_factory.mktemp("store") / "datastore.npz"))
     others = {
         "ngram": Engine(EngineConfig(target=target_dir, draft="ngram")),
         "same-tokenizer": Engine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
         "other-tokenizer": Engine(EngineConfig(target=target_dir, draft=draft_dir)),
+        "ngram+datastore": Engine(EngineConfig(target=target_dir, draft="ngram", datastore=store)),
+        "other-tokenizer+datastore": Engine(EngineConfig(target=target_dir, draft=draft_dir, datastore=store)),
     }
     return base, others
+
+
+def target_datastore(base: Engine, path):
+    """A datastore of the target's own greedy answers (as `python -m training.datastore` makes
+    one), here on the test's own code prompts cut short, so that it proposes often."""
+    from engine.datastore import save
+
+    answers = []
+    for prompt in CODE:
+        ids = _ids(base.target, prompt[:len(prompt) * 2 // 3])
+        answers.append((ids, base.generate(ids, settings=GenerationSettings(max_new_tokens=24)).token_ids))
+    save(path, answers, base.target.tokenizer.get_vocab())
+    return path
 
 
 def _ids(loaded, text):
@@ -60,7 +76,10 @@ def test_drafters_are_the_kinds_asked_for(engines):
     kinds = {k: (e.drafters.lookup is not None, e.drafters.model.kind if e.drafters.model else None)
              for k, e in others.items()}
     # a draft model comes with prompt lookup beside it; the controller picks per round
-    assert kinds == {"ngram": (True, None), "same-tokenizer": (True, "model"), "other-tokenizer": (True, "text")}
+    assert kinds == {"ngram": (True, None), "same-tokenizer": (True, "model"), "other-tokenizer": (True, "text"),
+                     "ngram+datastore": (True, None), "other-tokenizer+datastore": (True, "text")}
+    assert [k for k, e in others.items() if e.drafters.lookup.datastore is not None] == \
+        ["ngram+datastore", "other-tokenizer+datastore"]
 
 
 @pytest.mark.parametrize("draft_length,control", [("auto", "cost"), ("auto", "heuristic"), (3, "cost")])
@@ -68,6 +87,7 @@ def test_greedy_speculative_equals_target_alone(engines, draft_length, control):
     base, others = engines
     settings = GenerationSettings(max_new_tokens=MAX_NEW, draft_length=draft_length, draft_control=control)
     accepted = {k: 0 for k in others}
+    from_store = {k: 0 for k in others if "datastore" in k}
     for prompt in PROMPTS:
         t_ids = _ids(base.target, prompt)
         expected = base.generate(t_ids, settings=settings)
@@ -77,8 +97,12 @@ def test_greedy_speculative_equals_target_alone(engines, draft_length, control):
             assert got.token_ids == expected.token_ids, (name, prompt)
             assert got.text == expected.text
             accepted[name] += got.stats.accepted
+            if eng.drafters.lookup is not None and eng.drafters.lookup.datastore is not None:
+                from_store[name] += eng.lookup_stats()["agreed"].get("datastore", 0)
     # Each drafter really drafted something the target took (the test exercises acceptance).
     assert all(n > 0 for n in accepted.values()), accepted
+    if draft_length == 3 or control == "cost":   # the heuristic drafts with the model alone
+        assert all(n > 0 for n in from_store.values()), from_store
 
 
 def test_speculation_saves_target_calls(engines):
@@ -116,7 +140,7 @@ def test_controller_stops_drafting_with_a_draft_that_never_agrees(engines):
     assert rounds["none"] > 3 * rounds["model"] > 0, rounds     # gave up, but probed
 
 
-@pytest.mark.parametrize("name", ["ngram", "same-tokenizer", "other-tokenizer"])
+@pytest.mark.parametrize("name", ["ngram", "same-tokenizer", "other-tokenizer", "ngram+datastore"])
 def test_acceptance_by_position_is_counted_exactly(engines, name):
     """stats.by_position holds, per drafter, the drafts that reached each position and those
     accepted there: its accepted counts add up to the accepted tokens of the chain rounds, and

@@ -149,6 +149,26 @@ def test_sampling_with_lookup_and_draft_under_the_controller(small_models, which
     assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
+def test_sampling_with_datastore_proposals(small_models, tmp_path):
+    """Rounds drafted from a datastore of answers (engine/datastore.py), here one whose first
+    token is the target's likeliest and one that is not: sample-and-compare keeps the target's
+    distribution."""
+    from engine.datastore import Datastore, save
+
+    target, _, _ = small_models
+    prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
+    dist = _exact_two_token_dist(target, prompt)
+    likely = max((k for k in dist if len(k) == 2), key=dist.get)
+    save(tmp_path / "store.npz", [(prompt, list(likely)), (prompt[1:], [likely[1], likely[0]])],
+         target.tokenizer.get_vocab())
+    store = Datastore.load(tmp_path / "store.npz", target.tokenizer.get_vocab())
+    lookup = NgramDrafter(datastore=store)
+    lookup.read()
+    assert lookup.propose(prompt, [], 2, None).source == "datastore"
+    counts = _sample_pairs(target, Drafters(lookup=lookup), prompt, None, 13000)
+    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+
+
 def test_chi_square_rejects_the_draft_distribution(small_models):
     """The check has power: the same-vocabulary draft's own distribution fails it."""
     target, draft, _ = small_models

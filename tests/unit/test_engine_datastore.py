@@ -1,0 +1,116 @@
+"""The datastore of the target's own answers (engine/datastore.py): longest match and majority
+continuation against a brute-force search, its file, and its place in prompt lookup."""
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from engine.datastore import CONTEXT, MAX_MATCH, SEP, Datastore, DatastoreError, resolve, save
+
+VOCAB = {f"t{i}": i for i in range(8)}
+
+
+def build(tmp_path, answers, vocab=VOCAB, name="store.npz") -> Datastore:
+    path = tmp_path / name
+    save(path, answers, vocab)
+    return Datastore.load(path, vocab)
+
+
+def brute_force(stored: list[int], seq: list[int], k: int):
+    """The longest run ending seq (at most MAX_MATCH) that occurs in `stored`, and the majority
+    continuation of its occurrences (ties: the smaller id), id by id, as the store promises."""
+    best, ends = 0, []
+    for n in range(1, min(MAX_MATCH, len(seq)) + 1):
+        found = [e for e in range(n - 1, len(stored))
+                 if stored[e - n + 1:e + 1] == seq[-n:] and SEP not in stored[e - n + 1:e + 1]]
+        if not found:
+            break
+        best, ends = n, found
+    out = []
+    for j in range(1, k + 1):
+        nxt = [(e, stored[e + j]) for e in ends if e + j < len(stored) and stored[e + j] != SEP]
+        if not nxt:
+            break
+        counts = Counter(t for _, t in nxt)
+        top = max(counts.values())
+        pick = min(t for t, c in counts.items() if c == top)
+        out.append(pick)
+        ends = [e for e, t in nxt if t == pick]
+    return best, out
+
+
+def test_longest_match_and_majority_continuation(tmp_path):
+    store = build(tmp_path, [([], [5, 1, 2, 3, 4]), ([], [6, 1, 2, 3, 4]), ([], [7, 2, 3, 0, 6])])
+    got = store.find([0, 1, 2, 3], 4)
+    assert (got.tokens, got.match, got.source) == ([4], 3, "datastore")   # the answer ends after 4
+    got = store.find([6, 2, 3], 4)       # [2, 3] thrice: two go on with 4, one with 0
+    assert (got.tokens, got.match) == ([4], 2)
+    assert store.find([0, 1, 2, 3], 4, special_ids={4}) is None   # never proposes an end token
+    assert store.find([3, 3, 3], 0) is None and store.find([], 4) is None
+
+
+def test_matches_a_brute_force_search(tmp_path):
+    rng = random.Random(0)
+    answers = [([rng.randrange(8) for _ in range(rng.randrange(0, 20))],
+                [rng.randrange(8) for _ in range(rng.randrange(1, 30))]) for _ in range(40)]
+    answers.append(([], [3] * 40))       # a run longer than MAX_MATCH
+    store = build(tmp_path, answers)
+    stored = []
+    for prompt, answer in answers:
+        stored += prompt[-CONTEXT:] + answer + [SEP]
+    assert store.size == len(stored)
+    for trial in range(300):
+        seq = [rng.randrange(8) for _ in range(rng.randrange(1, 12))]
+        if trial % 3 == 0:               # also runs that surely occur, long ones
+            prompt, answer = rng.choice(answers)
+            whole = prompt[-CONTEXT:] + answer
+            seq = whole[:rng.randrange(1, len(whole) + 1)]
+        k = rng.randrange(1, 9)
+        match, tokens = brute_force(stored, seq, k)
+        got = store.find(seq, k)
+        if got is not None:
+            assert (got.match, got.tokens) == (match, tokens), (seq, k)
+        else:
+            assert tokens == [], (seq, k)
+
+
+def test_file_round_trip_and_wrong_tokenizer(tmp_path):
+    big = {f"t{i}": i for i in range(70000)}
+    store = build(tmp_path, [([69999], [1, 69998, 2])], vocab=big, name="wide.npz")  # ids past 16 bits
+    assert store.find([69999, 1], 3).tokens == [69998, 2]
+    small = build(tmp_path, [([7], [1, 2])], name="small.npz")
+    with np.load(tmp_path / "small.npz") as data:
+        assert data["ids"].dtype == np.uint16     # stored at half the width where the ids allow
+    assert small.find([7], 3).tokens == [1, 2]
+    with pytest.raises(DatastoreError, match="another tokenizer"):
+        Datastore.load(tmp_path / "small.npz", big)
+    (tmp_path / "junk.npz").write_bytes(b"not a datastore")
+    with pytest.raises(DatastoreError, match="cannot be read"):
+        Datastore.load(tmp_path / "junk.npz", VOCAB)
+
+
+def test_setting_names_a_file(tmp_path):
+    save(tmp_path / "datastore.npz", [([], [1, 2])], VOCAB)
+    assert resolve("none", str(tmp_path)) is None
+    assert resolve("auto", str(tmp_path)) == tmp_path / "datastore.npz"
+    assert resolve("auto", str(tmp_path / "elsewhere")) is None    # auto: only if there is one
+    assert resolve(str(tmp_path / "datastore.npz"), None) == tmp_path / "datastore.npz"
+    with pytest.raises(DatastoreError, match="no such file"):
+        resolve(str(tmp_path / "missing.npz"), None)
+
+
+def test_lookup_asks_the_datastore_below_a_trusted_text_match(tmp_path):
+    from engine.lookup import TRUSTED_TEXT_MATCH, NgramDrafter
+
+    store = build(tmp_path, [([], [1, 2, 3, 4, 5, 6])])
+    lookup = NgramDrafter(datastore=store)
+    lookup.read()
+    # the prompt holds no earlier 3: the datastore's proposal
+    got = lookup.propose([0, 0, 3], [], 3, None)
+    assert (got.tokens, got.source) == ([4, 5, 6], "datastore")
+    # a copy from the prompt that matched TRUSTED_TEXT_MATCH tokens wins over it
+    run = [7, 6, 5, 0, 1, 0, 3][:TRUSTED_TEXT_MATCH] + [2]
+    got = lookup.propose(run + [0] + run, [], 3, None)
+    assert got.source == "prompt" and got.match >= TRUSTED_TEXT_MATCH
+    assert lookup.summary()["proposed"] == {"datastore": 1, "prompt": 1}

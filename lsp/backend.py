@@ -49,7 +49,7 @@ def load_backend(settings: Settings) -> Backend:
                           trust_remote_code=settings.trustRemoteCode,
                           max_cache_tokens=settings.maxCacheTokens,
                           kv_reuse=settings.kvReuse, lookup=settings.promptLookup,
-                          cuda_graphs=settings.cudaGraphs)
+                          datastore=settings.datastore, cuda_graphs=settings.cudaGraphs)
     engine = Engine(config)
     pipeline = CompletionPipeline(engine)
     load_ms = (time.perf_counter() - t0) * 1000

@@ -30,8 +30,8 @@ from engine.settings import DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
 MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "cudaGraphs", "trustRemoteCode",
-              "maxCacheTokens", "kvReuse", "promptLookup", "backend", "apiKey", "apiKeyEnv", "verifyTls",
-              "caBundle", "connectTimeoutMs", "readTimeoutMs")
+              "maxCacheTokens", "kvReuse", "promptLookup", "datastore", "backend", "apiKey", "apiKeyEnv",
+              "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
 
 
@@ -87,6 +87,10 @@ class Settings:
         True, "Draft from the text itself too (the prompt, recent completions, the whole document "
         "and the other open documents) beside a draft model; the controller uses whichever pays.",
         "true or false")
+    datastore: str = _setting(
+        "auto", "The target's own answers that prompt lookup drafts from too (a table made by "
+        "`python -m training.datastore`): `auto` (the target directory's `datastore.npz`, shipped "
+        "with the default pair), `none`, or a file path.", "`auto`, `none` or a file path")
     maxNewTokens: int = _setting(64, "Most tokens generated for one completion.",
                                  "integer 1-1024", min=1, max=1024)
     maxLines: int = _setting(8, "Most lines in one multi-line completion.",
@@ -272,6 +276,8 @@ def _check_value(name: str, value: Any) -> Any:
         if not re.fullmatch(meta["pattern"], value if meta.get("keep_case") else value.lower()):
             raise SettingsError(name, value, allowed)
         return value if meta.get("keep_case") else value.lower()
+    if name == "datastore":   # a path keeps its case; the file is checked when the models load
+        return value.lower() if value.lower() in ("auto", "none") else value
     if name in ("targetModel", "draftModel"):
         low = value.lower()
         if low in ("default", "ngram", "none"):

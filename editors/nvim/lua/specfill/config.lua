@@ -44,6 +44,10 @@ M.defaults = {
   --       Draft from the text itself too (the prompt, recent completions, the whole document and
   --       the other open documents) beside a draft model; the controller uses whichever pays.
   --       Allowed: true or false.
+  --   datastore = "auto"
+  --       The target's own answers that prompt lookup drafts from too (a table made by `python -m
+  --       training.datastore`): `auto` (the target directory's `datastore.npz`, shipped with the
+  --       default pair), `none`, or a file path. Allowed: `auto`, `none` or a file path.
   --   maxNewTokens = 64
   --       Most tokens generated for one completion. Allowed: integer 1-1024.
   --   maxLines = 8

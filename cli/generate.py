@@ -16,8 +16,8 @@ BACKENDS = ("auto", "llamacpp", "openai")     # engine.remote.BACKENDS, without 
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
 REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 # Options that choose local models or their decoding: nothing to do on a remote target.
-LOCAL_ONLY = ("draft", "draft_length", "draft_control", "no_lookup", "device", "dtype", "threads",
-              "trust_remote_code")
+LOCAL_ONLY = ("draft", "draft_length", "draft_control", "no_lookup", "datastore", "device", "dtype",
+              "threads", "trust_remote_code")
 
 if TYPE_CHECKING:
     from engine import LoadedModel
@@ -35,6 +35,11 @@ def draft_length(value: str) -> int | str:
     if not 1 <= n <= MAX_DRAFT_LENGTH:
         raise argparse.ArgumentTypeError(f"expected 'auto' or 1-{MAX_DRAFT_LENGTH}, got {n}")
     return n
+
+
+def datastore(value: str) -> str:
+    """--datastore: `auto` and `none` in any case; a path as given (the engine checks the file)."""
+    return value.lower() if value.lower() in ("auto", "none") else value
 
 
 def _device(value: str) -> str:
@@ -59,6 +64,9 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--draft-control", default="cost", choices=DRAFT_CONTROLS,
                    help="how --draft-length auto decides: cost (measured tokens/ms) or heuristic (+2/-1)")
     p.add_argument("--no-lookup", action="store_true", help="no prompt lookup beside the draft model")
+    p.add_argument("--datastore", type=datastore, default="auto", metavar="auto|none|PATH",
+                   help="the target's own answers that prompt lookup drafts from too: auto (the target "
+                        "directory's datastore.npz, if any), none, or a .npz file")
     p.add_argument("--temperature", type=number(float, 0), default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=number(int, 0), default=0, help="0 = off")
     p.add_argument("--top-p", type=number(float, 0, 1, low_open=True), default=1.0, help="1 = off")
@@ -97,7 +105,7 @@ def generate_main(argv: list[str]) -> int:
         engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
                                      dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                                      threads=args.threads, lookup=not args.no_lookup,
-                                     cuda_graphs=args.cuda_graphs))
+                                     datastore=args.datastore, cuda_graphs=args.cuda_graphs))
     except ModelLoadError as e:
         print(f"{p.prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -112,8 +120,11 @@ def generate_main(argv: list[str]) -> int:
         print(f"{p.prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
-        print(json.dumps({"text": result.text, "stop_reason": result.stop_reason,
-                          "stats": result.stats.as_dict()}))
+        stats = result.stats.as_dict()
+        lookup = engine.lookup_stats()   # what prompt lookup proposed, by source (as specfill.stats)
+        if lookup is not None:
+            stats["lookup"] = lookup
+        print(json.dumps({"text": result.text, "stop_reason": result.stop_reason, "stats": stats}))
     else:
         s = result.stats
         print(result.text)

@@ -1,4 +1,4 @@
-"""`specfill generate|complete|serve|bench`: pick the subcommand, hand it the rest of argv.
+"""`specfill generate|complete|serve|bench|distill|datastore`: pick the subcommand, hand it the rest of argv.
 
 Every subcommand module keeps torch out of its own imports (the engine is imported inside
 the subcommand that runs it): `serve` must point stdout at stderr before torch loads.
@@ -9,6 +9,7 @@ import sys
 from typing import Callable
 
 from bench.replay import main as bench_main
+from cli.datastore import datastore_main
 from cli.distill import distill_main
 from cli.generate import generate_main
 from lsp.arguments import EXIT_USAGE, version_line
@@ -20,14 +21,17 @@ COMMANDS: dict[str, Callable[[list[str]], int | None]] = {
     "serve": serve_main,
     "bench": bench_main,
     "distill": distill_main,
+    "datastore": datastore_main,
 }
 
-USAGE = """usage: specfill {generate,complete,serve,bench} [options]
+USAGE = """usage: specfill {generate,complete,serve,bench,distill,datastore} [options]
        specfill --version | --help
   generate  continue a prompt file (speculative decoding)
   complete  ghost text for FILE:LINE:COL, as the editor would get it
   serve     language server (stdio, or --tcp HOST:PORT)
   bench     keystroke-replay latency benchmark (--suite: every workload, draft configurations side by side)
+  distill   train a draft model on its target's own answers to your code
+  datastore a table of the target's own answers to your code, for prompt lookup to draft from
 Run specfill COMMAND --help for a command's options."""
 
 

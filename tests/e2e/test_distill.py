@@ -19,12 +19,17 @@ import calendar, fnmatch, glob, gzip, sched, shlex, string  # noqa: E401,E402
 USER_MODULES = (calendar, fnmatch, glob, gzip, shlex, string, sched)
 
 
+def write_code(folder: Path, modules) -> Path:
+    """The user's code: the modules' sources as files of one folder."""
+    folder.mkdir()
+    for module in modules:
+        (folder / f"{module.__name__}.py").write_text(inspect.getsource(module), encoding="utf-8")
+    return folder
+
+
 def test_distill_raises_held_out_acceptance(tmp_path: Path):
     target, draft = tiny_pair()
-    code = tmp_path / "code"
-    code.mkdir()
-    for module in USER_MODULES:
-        (code / f"{module.__name__}.py").write_text(inspect.getsource(module), encoding="utf-8")
+    code = write_code(tmp_path / "code", USER_MODULES)
     out = tmp_path / "draft"
     done = subprocess.run(
         [sys.executable, "-m", "cli", "distill", "--target", target, "--draft", draft, "--code", str(code),

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
+from array import array
 from bisect import bisect_left
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -79,9 +82,10 @@ class Datastore:
     """Finds what the target wrote after the longest run of ids that ends a sequence."""
 
     def __init__(self, ids: np.ndarray):
-        self.ids = ids.astype(np.int64)
+        ids = ids.astype(np.int64)
         self.size = int(ids.size)
-        rev = self.ids[::-1].copy()
+        self._ids = array("q", ids.tobytes())    # read a few at a time: faster than numpy here
+        rev = ids[::-1].copy()
         # Big-endian bytes compare as the ids do; a slice of MAX_MATCH ids is a suffix's key.
         self._bytes = rev.astype(">u4").tobytes()
         self._order = _sorted_suffixes(rev).tolist()
@@ -89,10 +93,14 @@ class Datastore:
     @classmethod
     def load(cls, path: str | Path, vocab: dict[str, int]) -> "Datastore":
         try:
-            with np.load(path) as data:
+            data = np.load(path, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):    # a plain .npy array
+                raise ValueError
+            with data:
                 ids, fingerprint = data["ids"], str(data["vocab"])
-        except (OSError, ValueError, KeyError) as exc:
-            raise DatastoreError(f"datastore {str(path)!r}: cannot be read ({exc})") from None
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            raise DatastoreError(f"datastore {str(path)!r}: not a datastore file (.npz with ids and "
+                                 "vocab, as `specfill datastore` writes)") from None
         if fingerprint != vocab_fingerprint(vocab):
             raise DatastoreError(f"datastore {str(path)!r}: made for another tokenizer than the target's")
         if ids.dtype == np.uint16:     # stored small: 0xFFFF stood for SEP
@@ -119,21 +127,24 @@ class Datastore:
         block = self._order[lo:hi]
         if len(block) > MAX_VOTERS:
             block = block[::len(block) // MAX_VOTERS + 1]
-        ends = self.size - 1 - np.asarray(block, dtype=np.int64)     # where each occurrence ends in ids
+        ids, last = self._ids, self.size - 1
+        ends = [last - r for r in block]      # where each occurrence ends in ids
         out: list[int] = []
         for j in range(1, k + 1):
-            ends = ends[ends + j < self.size]
-            nxt = self.ids[ends + j]
-            keep = nxt != SEP
-            ends, nxt = ends[keep], nxt[keep]
-            if nxt.size == 0:
+            nxt = [(e, ids[e + j]) for e in ends if e + j <= last and ids[e + j] != SEP]
+            if not nxt:
                 break
-            values, counts = np.unique(nxt, return_counts=True)
-            best = int(values[counts.argmax()])
+            first = nxt[0][1]
+            if all(t == first for _, t in nxt):      # the common case past the first ids
+                best = first
+            else:
+                counts = Counter(t for _, t in nxt)
+                top = max(counts.values())
+                best = min(t for t, c in counts.items() if c == top)
             if best in special_ids:
                 break
             out.append(best)
-            ends = ends[nxt == best]
+            ends = [e for e, t in nxt if t == best]
         return Draft(out, match=match, source=DATASTORE_SOURCE) if out else None
 
     def _common(self, query: bytes, at: int) -> int:

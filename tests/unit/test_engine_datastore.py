@@ -85,9 +85,14 @@ def test_file_round_trip_and_wrong_tokenizer(tmp_path):
     assert small.find([7], 3).tokens == [1, 2]
     with pytest.raises(DatastoreError, match="another tokenizer"):
         Datastore.load(tmp_path / "small.npz", big)
-    (tmp_path / "junk.npz").write_bytes(b"not a datastore")
-    with pytest.raises(DatastoreError, match="cannot be read"):
-        Datastore.load(tmp_path / "junk.npz", VOCAB)
+    whole = (tmp_path / "small.npz").read_bytes()
+    for name, content in (("junk.npz", b"not a datastore"), ("empty.npz", b""), ("cut.npz", whole[:len(whole) // 2])):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(DatastoreError, match="not a datastore file"):
+            Datastore.load(tmp_path / name, VOCAB)
+    np.save(tmp_path / "plain.npy", np.arange(3))     # numpy's, but not an archive of a store
+    with pytest.raises(DatastoreError, match="not a datastore file"):
+        Datastore.load(tmp_path / "plain.npy", VOCAB)
 
 
 def test_setting_names_a_file(tmp_path):

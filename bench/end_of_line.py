@@ -34,8 +34,8 @@ from lsp.arguments import number
 PROG = "python -m bench.end_of_line"
 CONFIGS = {
     **DRAFT_CONFIGS,
-    # prompt lookup alone, reading only the prompt and recent completions (not the documents)
-    "ngram-prompt-only": {"draftModel": "ngram", "lookupDocuments": False},
+    # prompt lookup alone, reading only the prompt and recent completions (not the documents or the datastore)
+    "ngram-prompt-only": {"draftModel": "ngram", "lookupDocuments": False, "datastore": "none"},
     "no-draft-cut-after": {"draftModel": "none", "stopWhileDecoding": False},  # decode all, cut afterwards
 }
 

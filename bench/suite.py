@@ -21,8 +21,10 @@ Workloads:
                a draft) is multi-line
 Configurations: no-draft (the reference, always run), ngram (prompt lookup only), draft-heuristic
 (the draft model with the old +2/-1 rule), default (as shipped: draft model + lookup under the
-cost-aware controller); on request also ngram-prompt-only (lookup in the prompt and recent
-completions only, not the documents). Each has its own engine (generate) or server (the other two), all loaded
+cost-aware controller; prompt lookup includes the datastore of the target's own answers shipped
+with the default pair); on request also ngram-prompt-only (lookup in the prompt and recent
+completions only, not the documents or the datastore) and no-datastore (default without the
+datastore). Each has its own engine (generate) or server (the other two), all loaded
 before the first request; requests alternate between them, who goes first rotating, so load from
 other work on the machine slows them alike.
 
@@ -61,11 +63,13 @@ REAL = "end-of-line-real"
 REPLAYS = {"replay": MIDDLE, "replay-append": END}     # replay workload -> where the typing happens
 MULTILINE_OF = {name: f"{name}, multi-line answers" for name in REPLAYS}
 BASELINE = "no-draft"
-LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`)",
+LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`, with the datastore)",
           "draft-heuristic": "draft model, old +2/-1 rule", "default": "**default** (draft + lookup, cost-aware)"}
 # Run only when asked for (--configs): lookup without the documents, to see what they bring.
-EXTRA_CONFIGS = {"ngram-prompt-only": end_of_line.CONFIGS["ngram-prompt-only"]}
-EXTRA_LABELS = {"ngram-prompt-only": "prompt lookup only, prompt and completions (no documents)"}
+EXTRA_CONFIGS = {"ngram-prompt-only": end_of_line.CONFIGS["ngram-prompt-only"],
+                 "no-datastore": {"datastore": "none"}}
+EXTRA_LABELS = {"ngram-prompt-only": "prompt lookup only, prompt and completions (no documents)",
+                "no-datastore": "draft + lookup without the datastore of the target's answers"}
 CONFIGS = {**DRAFT_CONFIGS, **EXTRA_CONFIGS}
 
 # Goals of issue 10 for the default configuration (shipped pair, this CPU).

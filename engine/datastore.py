@@ -13,7 +13,8 @@ MAX_MATCH ids (a suffix array, built at load in a few passes of numpy sorting). 
 suffix that starts where the sequence's last id sits reads the sequence backwards, so the
 longest run of ids ending the sequence is found by one binary search, and all its
 occurrences lie in one block of the sorted order. The proposal follows the majority: the
-commonest next id among the occurrences, then among those that agree, and so on.
+commonest next id among the occurrences, then among those that agree, and so on, while that
+majority holds MIN_SHARE of them.
 """
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ from .drafters import Draft
 MAX_MATCH = 32              # ids compared at most: a longer match predicts no better
 CONTEXT = 16                # prompt ids stored in front of each answer (FIM sentinels, the line)
 SEP = 0x7FFFFFFF            # between answers: above every token id, and never matched
-MAX_VOTERS = 256            # occurrences a proposal is voted from (evenly spread over the block)
+MAX_VOTERS = 32             # occurrences a proposal is voted from (evenly spread over the block)
+# The proposal stops where fewer than this share of the occurrences still agreeing go on with
+# the same id: past there the target follows no better than chance, and each further id costs
+# verify width (as the draft model stops below a top probability of 0.4).
+MIN_SHARE = 0.4
 FILE_NAME = "datastore.npz"  # `datastore: auto` loads this file from the target's directory
 
 
@@ -100,7 +105,7 @@ class Datastore:
                 ids, fingerprint = data["ids"], str(data["vocab"])
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
             raise DatastoreError(f"datastore {str(path)!r}: not a datastore file (.npz with ids and "
-                                 "vocab, as `specfill datastore` writes)") from None
+                                 "vocab, as specfill datastore writes it)") from None
         if fingerprint != vocab_fingerprint(vocab):
             raise DatastoreError(f"datastore {str(path)!r}: made for another tokenizer than the target's")
         if ids.dtype == np.uint16:     # stored small: 0xFFFF stood for SEP
@@ -140,6 +145,8 @@ class Datastore:
             else:
                 counts = Counter(t for _, t in nxt)
                 top = max(counts.values())
+                if top < MIN_SHARE * len(ends):
+                    break
                 best = min(t for t, c in counts.items() if c == top)
             if best in special_ids:
                 break

@@ -244,7 +244,10 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     chain cut by the stop, not by its drafter, counts as asked for that many tokens)."""
     t0 = time.perf_counter()
     found = d.drafters.lookup.propose(d.seq, d.gen_bytes, max_k, sampling) if d.use_lookup and max_k > 0 else Draft([])
-    lookup = found.tokens
+    cut = lambda c: _cut_at_stop(c, d, vocab, stop_check, stats)  # noqa: E731
+    # Cut before the plan: a proposal that runs past where the answer is decided (a one-line
+    # answer's line end) is priced for the tokens that can count.
+    lookup = cut(found.tokens)
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match,
                       found.source)
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
@@ -261,17 +264,16 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         if d.drafters.model is None:
             plan = replace(plan, drafter="lookup", k=plan.lookup_k, lookup_k=0) \
                 if plan.drafter == "tree" else Plan("none", 0, 0.0)
-    cut = lambda c: _cut_at_stop(c, d, vocab, stop_check, stats)  # noqa: E731
     if plan.drafter == "tree":
         model = _model_draft(d, plan.k, sampling)
-        chain_l, chain_m = cut(lookup[:plan.lookup_k]), cut(model.tokens[:plan.k])
+        chain_l, chain_m = lookup[:plan.lookup_k], cut(model.tokens[:plan.k])
         plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),
                        lookup_k=_asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
-        cand = cut(draft.tokens[:plan.k])
+        cand = cut(draft.tokens[:plan.k]) if plan.drafter == "model" else draft.tokens[:plan.k]
         plan = replace(plan, k=_asked(plan.k, draft.tokens[:plan.k], cand))
         prop = Proposal(plan, cand, draft)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms

@@ -52,7 +52,7 @@ def test_a_datastore_that_cannot_serve_the_target_is_one_line_naming_it(prompt_f
     weights = tmp_path / "weights.npz"   # some other program's arrays
     np.savez(weights, weights=np.zeros(3))
     code, out, err = generate(capsys, prompt_file, "--datastore", str(weights))
-    assert_one_line_error(code, out, err, str(weights), "cannot be read")
+    assert_one_line_error(code, out, err, str(weights), "not a datastore file")
 
     other = tmp_path / "other.npz"   # ids of a tokenizer that is not the shipped target's
     datastore.save(other, [([1, 2], [3, 4, 5])], {"a": 0, "b": 1})

@@ -17,8 +17,9 @@ E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the mod
 verify(1 + kl + km): a tree pass costs what a chain pass of its width costs (measured on the
 shipped target: its mask and gathered positions are a few tensor ops per pass), so
 tree rounds feed the same verify cost by width. Prompt lookup's
-acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES), and apart for copies
-from the documents beyond the prompt (DOCUMENT_CLASS). A drafter that
+acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES), apart for copies
+from the documents beyond the prompt (DOCUMENT_CLASS), and apart, by match length, for proposals
+from the datastore of the target's own answers (DATASTORE_CLASSES). A drafter that
 loses is probed again every PROBE_EVERY rounds, so the estimates follow the text, and a single
 slow measurement (a page fault, another process) moves a cost estimate by a bounded step, so one
 hiccup cannot shut drafting off for good.

@@ -13,6 +13,7 @@ from tests.e2e.lsp_helpers import tiny_pair
 from tests.e2e.test_bench import small_files
 
 NUMBER = r"\d+(\.\d+)?"
+PAIRED = rf"({NUMBER})x \[({NUMBER}), ({NUMBER})\]"     # median per request, 95% CI
 
 
 def cells_of(table: str) -> dict[tuple[str, str], list[str]]:
@@ -21,7 +22,7 @@ def cells_of(table: str) -> dict[tuple[str, str], list[str]]:
     for line in table.splitlines():
         if line.startswith("| ") and not line.startswith(("| workload", "|---")):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) == 12:
+            if len(cells) == 13:
                 rows[(cells[0], cells[1])] = cells[2:]
     return rows
 
@@ -47,18 +48,22 @@ def test_the_suite_prints_every_workload_and_configuration(tmp_path, capsys):
         counts = set()
         for config, label in suite.LABELS.items():
             assert (workload, label) in rows, f"no row for {workload} x {config}"
-            requests, p50, p95, p50_vs, per_call, acceptance, achieved, predicted, efficiency, same = \
+            requests, p50, p95, p50_vs, per_request, per_call, acceptance, achieved, predicted, efficiency, same = \
                 rows[(workload, label)]
             n, runs = map(int, re.fullmatch(r"(\d+) \((\d+)\)", requests).groups())
             counts.add(n)
             assert 0 < runs <= n
             assert 0 <= float(p50) <= float(p95)
             assert x(p50_vs) > 0 and float(per_call) > 0
+            if per_request != "-":          # "-": no request ran the model under both
+                median, low, high = map(float, re.fullmatch(PAIRED, per_request).group(1, 3, 5))
+                assert 0 < low <= median <= high, per_request
             assert x(achieved) > 0 and x(predicted.rstrip("*")) > 0
             assert re.fullmatch(r"\d+%", efficiency) and int(efficiency[:-1]) > 0, efficiency
             assert same == f"{n}/{n}", f"{workload} x {config}: answers differ from no draft's (greedy is lossless)"
             if config == "no-draft":
                 assert (x(p50_vs), x(achieved), acceptance) == (1.0, 1.0, "-")
+                assert per_request == "1.00x [1.00, 1.00]"     # every request paired with itself
                 # the reference predicts itself, less the planning time of rounds that draft nothing
                 assert 90 <= int(efficiency[:-1]) <= 100, efficiency
             elif acceptance != "-":
@@ -69,13 +74,20 @@ def test_the_suite_prints_every_workload_and_configuration(tmp_path, capsys):
                 assert not predicted.endswith("*"), (workload, config)
         assert len(counts) == 1, f"{workload}: configurations answered different numbers of requests"
 
+    assert "| per request vs no draft (median, 95% CI) |" in md
     assert "Costs measured in this run:" in md and "## Goals (default configuration)" in md
+    for workload in suite.REPLAYS:      # (c) "not slower" is judged by the per-request median
+        goal = next(line for line in md.splitlines() if line.startswith(f"| (c) {workload}: default not slower"))
+        judged = rf"per request {PAIRED} \(\d+ requests\); p50 {NUMBER}x \| (yes|\*\*no\*\*)"
+        unpaired = rf"p50 {NUMBER}x; no request ran the model in both \| -"
+        assert re.search(rf"\| ({judged}|{unpaired}) \|$", goal), goal
     for workload in suite.WORKLOADS:
         assert re.search(rf"- {workload}: verify\(1\) {NUMBER} ms", md), workload
 
     saved = json.loads((out / "suite.json").read_text())
     assert set(saved["requests"]) == set(suite.WORKLOADS)
     for row in saved["rows"]:
+        assert set(row["paired"]) == {"median", "low", "high", "n"}
         s = row["speedup"]
         assert s["efficiency"] == pytest.approx(s["achieved"] / s["predicted"])
     engine_runs = [r["engine"] for by in saved["requests"].values() for rs in by.values() for r in rs if r["engine"]]

@@ -251,24 +251,12 @@ def eval_positions(files, per_kind: int) -> list:
 
 def main(argv: list[str] | None = None, prog: str = "python -m training.distill") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
-    from training.editor_positions import random_positions, read_sources, split_files
+    from training.editor_positions import random_positions, training_and_held_out
 
     try:
-        files = read_sources(args.code, args.ext)
-        held = read_sources(args.eval_code, args.ext) if args.eval_code else None
-    except FileNotFoundError as e:
+        train_files, held = training_and_held_out(args.code, args.eval_code, args.ext, args.held_out, args.seed)
+    except ValueError as e:
         print(f"{prog}: {e}", file=sys.stderr)
-        return 2
-    if held is None:
-        if len(files) < 2:
-            print(f"{prog}: need at least 2 usable source files under --code, found {len(files)}", file=sys.stderr)
-            return 2
-        train_files, held = split_files(files, args.held_out, args.seed)
-    else:
-        held_texts = {f.text for f in held}   # never train on a held-out file, wherever it lies
-        train_files = [f for f in files if f.text not in held_texts]
-    if not train_files or not held:
-        print(f"{prog}: no training or no held-out files", file=sys.stderr)
         return 2
 
     import torch

@@ -65,6 +65,28 @@ def read_sources(folders: list[str], extensions: tuple[str, ...] = (".py",)) -> 
     return found
 
 
+def training_and_held_out(code: list[str], eval_code: list[str] | None, extensions: tuple[str, ...],
+                          held_out: float, seed: int) -> tuple[list[SourceText], list[SourceText]]:
+    """The training and the held-out files of a command's --code / --eval-code (a seeded split of
+    --code when no --eval-code is given; a held-out text is never trained on, wherever it lies).
+    ValueError with a one-line message when that leaves nothing to use."""
+    try:
+        files = read_sources(code, extensions)
+        held = read_sources(eval_code, extensions) if eval_code else None
+    except FileNotFoundError as e:
+        raise ValueError(str(e)) from None
+    if held is None:
+        if len(files) < 2:
+            raise ValueError(f"need at least 2 usable source files under --code, found {len(files)}")
+        train, held = split_files(files, held_out, seed)
+    else:
+        held_texts = {f.text for f in held}
+        train = [f for f in files if f.text not in held_texts]
+    if not train or not held:
+        raise ValueError("no training or no held-out files")
+    return train, held
+
+
 def usable(text: str) -> bool:
     n = len(text.encode())
     if not MIN_BYTES <= n <= MAX_BYTES or "\0" in text:

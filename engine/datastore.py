@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zipfile
 from array import array
 from bisect import bisect_left
@@ -31,7 +32,7 @@ import numpy as np
 from .control import DATASTORE_SOURCE
 from .drafters import Draft
 
-MAX_MATCH = 32              # ids compared at most: a longer match predicts no better
+MAX_MATCH = 16              # ids compared at most (the controller's top class is 16+)
 CONTEXT = 16                # prompt ids stored in front of each answer (FIM sentinels, the line)
 SEP = 0x7FFFFFFF            # between answers: above every token id, and never matched
 MAX_VOTERS = 32             # occurrences a proposal is voted from (evenly spread over the block)
@@ -67,11 +68,20 @@ def save(path: str | Path, answers: list[tuple[list[int], list[int]]], vocab: di
 
 def _sorted_suffixes(rev: np.ndarray) -> np.ndarray:
     """Start positions of rev's suffixes, sorted by their first MAX_MATCH ids (prefix doubling:
-    ranks by the first h ids, then by pairs of ranks for 2h)."""
+    ranks by the first h ids, then by pairs of ranks for 2h; the first ranks from 4 ids at once
+    where the ids are small enough to pack)."""
     n = rev.size
     _, rank = np.unique(rev, return_inverse=True)
     rank = rank.astype(np.int64) + 1          # 0 is "past the end"
-    h = 1
+    base, h = int(rank.max(initial=0)) + 1, 1
+    if base ** 4 < 1 << 62:
+        key = np.zeros(n, dtype=np.int64)
+        for j in range(4):
+            shifted = np.zeros(n, dtype=np.int64)
+            shifted[:max(0, n - j)] = rank[j:]
+            key = key * base + shifted
+        _, rank = np.unique(key, return_inverse=True)
+        rank, h = rank.astype(np.int64) + 1, 4
     while h < MAX_MATCH:
         second = np.zeros(n, dtype=np.int64)
         if h < n:
@@ -81,6 +91,30 @@ def _sorted_suffixes(rev: np.ndarray) -> np.ndarray:
         rank = rank.astype(np.int64) + 1
         h *= 2
     return np.argsort(rank, kind="stable").astype(np.int32)
+
+
+def _cached_order(ids: np.ndarray, rev: np.ndarray) -> np.ndarray:
+    """The suffix order of `rev`, kept on disk by the store's content (SPECFILL_CACHE, default
+    ~/.cache/specfill): sorting 2M ids takes seconds, reading the order back milliseconds."""
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:24]
+    folder = Path(os.environ.get("SPECFILL_CACHE") or Path.home() / ".cache" / "specfill")
+    path = folder / f"datastore-{digest}-{MAX_MATCH}.npy"
+    try:
+        order = np.load(path, allow_pickle=False)
+        if order.shape == (rev.size,) and order.dtype == np.int32:
+            return order
+    except (OSError, ValueError):
+        pass
+    order = _sorted_suffixes(rev)
+    try:   # written whole, then renamed: a reader never sees half a file
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            np.save(fh, order)
+        os.replace(tmp, path)
+    except OSError:
+        pass     # a read-only home: sort again next time
+    return order
 
 
 class Datastore:
@@ -93,7 +127,7 @@ class Datastore:
         rev = ids[::-1].copy()
         # Big-endian bytes compare as the ids do; a slice of MAX_MATCH ids is a suffix's key.
         self._bytes = rev.astype(">u4").tobytes()
-        self._order = _sorted_suffixes(rev).tolist()
+        self._order = array("i", _cached_order(ids, rev).tobytes())
 
     @classmethod
     def load(cls, path: str | Path, vocab: dict[str, int]) -> "Datastore":

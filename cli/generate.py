@@ -10,7 +10,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-from lsp.arguments import EXIT_USAGE, OneLineParser, number
+from lsp.arguments import EXIT_USAGE, OneLineParser, keyword_or_path, number
 
 BACKENDS = ("auto", "llamacpp", "openai")     # engine.remote.BACKENDS, without importing the engine
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
@@ -39,7 +39,7 @@ def draft_length(value: str) -> int | str:
 
 def datastore(value: str) -> str:
     """--datastore: `auto` and `none` in any case; a path as given (the engine checks the file)."""
-    return value.lower() if value.lower() in ("auto", "none") else value
+    return keyword_or_path(value, ("auto", "none"))
 
 
 def _device(value: str) -> str:

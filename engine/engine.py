@@ -43,7 +43,9 @@ class Engine:
         self.draft: LoadedModel | None = None
         self.memory = DraftMemory()
         vocab = self.target.vocab
-        self.datastore = load_datastore(config, self.target) if config.draft != "none" else None
+        # only where prompt lookup runs: a store nobody asks costs its load for nothing
+        uses_lookup = config.draft == "ngram" or (config.draft != "none" and config.lookup)
+        self.datastore = load_datastore(config, self.target) if uses_lookup else None
         lookup = NgramDrafter(special_ids=vocab.special_ids,
                               index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix),
                               datastore=self.datastore)

@@ -29,6 +29,11 @@ class VersionAction(argparse.Action):
         parser.exit(0)
 
 
+def keyword_or_path(value: str, keywords: tuple[str, ...]) -> str:
+    """A keyword in any case (lowered), else the value as given: a path or a model name keeps its case."""
+    return value.lower() if value.lower() in keywords else value
+
+
 def number(kind: type, low: float | None = None, high: float | None = None,
            low_open: bool = False):
     """An argparse `type` for an int or float within [low, high] (low excluded if low_open)."""

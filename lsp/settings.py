@@ -26,6 +26,7 @@ from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
 from engine.remote import BACKENDS
 from engine.settings import DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
+from lsp.arguments import keyword_or_path
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
@@ -277,7 +278,7 @@ def _check_value(name: str, value: Any) -> Any:
             raise SettingsError(name, value, allowed)
         return value if meta.get("keep_case") else value.lower()
     if name == "datastore":   # a path keeps its case; the file is checked when the models load
-        return value.lower() if value.lower() in ("auto", "none") else value
+        return keyword_or_path(value, ("auto", "none"))
     if name in ("targetModel", "draftModel"):
         low = value.lower()
         if low in ("default", "ngram", "none"):

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from training.distill import DEFAULT_KINDS, eval_positions, log
+from training.distill import DEFAULT_KINDS, eval_positions, log, use_threads
 
 
 def parse_args(argv, prog: str):
@@ -110,19 +110,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
         print(f"{prog}: no such samples file: {missing[0]}", file=sys.stderr)
         return 2
 
-    import torch
-
     from completion.templates import load_template
     from engine import load_model
     from engine.datastore import save
     from engine.models import ModelLoadError
-    from engine.threads import set_threads
     from training.distill_data import generate_samples, read_samples
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    else:
-        set_threads(0, args.device)
+    use_threads(args.threads, args.device)
     os.makedirs(args.work, exist_ok=True)
     try:
         target = load_model(args.target, "target", device=args.device, dtype="float32")

@@ -92,6 +92,18 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def use_threads(threads: int, device: str) -> None:
+    """torch's CPU threads for a training command: --threads, or the engine's own choice when 0."""
+    import torch
+
+    from engine.threads import set_threads
+
+    if threads:
+        torch.set_num_threads(threads)
+    else:
+        set_threads(0, device)
+
+
 def lr_at(s: DistillSettings, step: int, progress: float) -> float:
     if step < s.warmup_steps:
         return s.lr * (step + 1) / s.warmup_steps
@@ -265,14 +277,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     from engine import load_model
     from engine.engine import same_vocabulary
     from engine.models import ModelLoadError
-    from engine.threads import set_threads
     from training.distill_data import draft_example, generate_samples
     from training.distill_eval import EvalSettings, measure, report_lines
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    else:
-        set_threads(0, args.device)
+    use_threads(args.threads, args.device)
     torch.manual_seed(args.seed)
     os.makedirs(args.work, exist_ok=True)
     log(f"files: {len(train_files)} training ({sum(len(f.text) for f in train_files):,} chars), "

@@ -125,3 +125,14 @@ def test_lookup_asks_the_datastore_below_a_trusted_text_match(tmp_path):
     got = lookup.propose(run + [0] + run, [], 3, None)
     assert got.source == "prompt" and got.match >= TRUSTED_TEXT_MATCH
     assert lookup.summary()["proposed"] == {"datastore": 1, "prompt": 1}
+
+
+def test_the_store_is_loaded_only_where_prompt_lookup_runs():
+    from engine import Engine, EngineConfig
+
+    shipped = {name: Engine(EngineConfig(draft=draft, lookup=lookup, device="cpu")).datastore
+               for name, draft, lookup in (("ngram", "ngram", True), ("draft + lookup", "default", True),
+                                           ("draft alone", "default", False), ("none", "none", True))}
+    assert {name: store is not None for name, store in shipped.items()} == \
+        {"ngram": True, "draft + lookup": True, "draft alone": False, "none": False}
+    assert shipped["ngram"].size > 1_000_000      # the default pair's own store

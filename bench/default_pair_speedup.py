@@ -49,7 +49,7 @@ def bench(draft: str, kind: str, n: int, seed: int, draft_length) -> dict:
     spec = Engine(EngineConfig(target="default", draft=draft, device="cpu"))
     alone = Engine(EngineConfig(target="default", draft="none", device="cpu"))
     ttok, dtok = spec.target.tokenizer, spec.draft.tokenizer
-    totals = dict(drafted=0, accepted=0, new_tokens=0, decode_calls=0, spec_ms=0.0, alone_ms=0.0,
+    totals = dict(drafted=0, accepted=0, new_tokens=0, round_tokens=0, decode_calls=0, spec_ms=0.0, alone_ms=0.0,
                   requests=0, identical=0)
     for i, (tids, dids, stop, max_new) in enumerate(requests(kind, n, seed, ttok, dtok)):
         settings = GenerationSettings(max_new_tokens=max_new, draft_length=draft_length)
@@ -66,13 +66,14 @@ def bench(draft: str, kind: str, n: int, seed: int, draft_length) -> dict:
         totals["drafted"] += s.drafted
         totals["accepted"] += s.accepted
         totals["new_tokens"] += s.new_tokens
-        totals["decode_calls"] += s.target_calls - (1 if s.prefill_tokens else 0)
+        totals["round_tokens"] += s.new_tokens - s.first_from_prefill
+        totals["decode_calls"] += s.rounds
         totals["spec_ms"] += (t1 - t0) * 1000
         totals["alone_ms"] += (t2 - t1) * 1000
     return {
         "workload": kind, "draft": draft, "draft_length": draft_length, **totals,
         "acceptance_rate": round(totals["accepted"] / max(totals["drafted"], 1), 3),
-        "tokens_per_target_call": round(totals["new_tokens"] / max(totals["decode_calls"], 1), 3),
+        "tokens_per_target_call": round(totals["round_tokens"] / max(totals["decode_calls"], 1), 3),
         "speedup": round(totals["alone_ms"] / max(totals["spec_ms"], 1e-9), 3),
         "spec_ms": round(totals["spec_ms"], 1), "alone_ms": round(totals["alone_ms"], 1),
     }

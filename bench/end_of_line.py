@@ -143,7 +143,8 @@ def summarize(records: dict[str, list[dict]]) -> list[dict]:
             "documents_proposed": proposed, "documents_written": written, "read_ms": read_ms(rs),
             "decoded_per_request": decoded / len(rs), "shown_per_request": shown / len(rs),
             "decoded_per_shown": decoded / shown if shown else None,
-            "tokens_per_target_call": total("new_tokens") / total("rounds") if total("rounds") else None,
+            "tokens_per_target_call": ((total("new_tokens") - total("first_from_prefill")) / total("rounds")
+                                       if total("rounds") else None),
             "acceptance": total("accepted") / total("drafted") if total("drafted") else None,
             "same_text": sum(a["text"] == b["text"] for a, b in zip(rs, first)),
             "stop_reasons": stops,

@@ -40,7 +40,7 @@ class Totals:
     rounds_by_drafter: dict[str, int] = field(default_factory=dict)
     drafted: int = 0
     accepted: int = 0
-    new_tokens: int = 0
+    new_tokens: int = 0        # made by the rounds (a first token from the prefill pass is not)
     decode_ms: float = 0.0     # latency - the target's prefill
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -55,7 +55,7 @@ class Totals:
                 t.rounds_by_drafter[kind] = t.rounds_by_drafter.get(kind, 0) + n
             t.drafted += s["drafted"]
             t.accepted += s["accepted"]
-            t.new_tokens += s["new_tokens"]
+            t.new_tokens += s["new_tokens"] - (s.get("first_from_prefill") or 0)   # the rounds' tokens
             t.decode_ms += s["latency_ms"] - s["prefill_ms"]
             t.draft_ms += s["draft_ms"]
             t.verify_ms += s["verify_ms"]

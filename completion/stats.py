@@ -38,6 +38,7 @@ class PipelineStats:
     new_tokens: int = 0            # tokens the target decoded (all of them: decoded_tokens)
     shown_tokens: int = 0          # of those, the tokens behind the text that was shown
     decode_calls: int = 0          # target calls after prefill
+    round_tokens: int = 0          # tokens those calls made (a first token from the prefill's pass is not)
     prefill_tokens: int = 0
     reused_tokens: int = 0
     draft_prefill_tokens: int = 0
@@ -64,6 +65,7 @@ class PipelineStats:
         self.new_tokens += run["new_tokens"]
         self.shown_tokens += run["shown_tokens"]
         self.decode_calls += run["rounds"]   # one target forward per round; prefill excluded
+        self.round_tokens += run["new_tokens"] - run.get("first_from_prefill", 0)
         self.prefill_tokens += run["prefill_tokens"]
         self.reused_tokens += run["reused_tokens"]
         self.draft_prefill_tokens += run["draft_prefill_tokens"]
@@ -80,7 +82,7 @@ class PipelineStats:
             "latency_ms": _percentiles(self.latencies_ms),
             "model_latency_ms": _percentiles(self.model_latencies_ms),
             "acceptance_rate": _ratio(self.accepted, self.drafted),
-            "tokens_per_target_call": _ratio(self.new_tokens, self.decode_calls),
+            "tokens_per_target_call": _ratio(self.round_tokens, self.decode_calls),
             "decoded_per_shown_token": _ratio(self.new_tokens, self.shown_tokens),
             "kv_reuse": _ratio(self.reused_tokens, self.reused_tokens + self.prefill_tokens),
             "draft_kv_reuse": _ratio(self.draft_reused_tokens, self.draft_reused_tokens + self.draft_prefill_tokens),

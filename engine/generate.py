@@ -8,7 +8,8 @@ Which drafter (prompt lookup, the draft model, both as a tree, or none) and how 
 decided each round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
 auto`, the old +2/-1 heuristic when asked for, or a fixed number.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round
-computes exactly len(candidates) + 1 positions.
+computes exactly len(candidates) + 1 positions. The prefill computes the whole prompt when it
+has a pass to make anyway, and its last logits give the first token before any drafting.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .drafters import Draft, Drafter, Sampling
 from .lookup import NgramDrafter
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
 from .models import LoadedModel
-from .sampling import target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree
+from .sampling import sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
 from .tree import DraftTree, build_tree
 from .vocab import decode_bytes
@@ -307,6 +308,25 @@ def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: Gene
     return None
 
 
+def _prefill(session: KVSession, prompt: list[int], settings: GenerationSettings, gen: torch.Generator | None,
+             stats: GenerationStats, want_first: bool) -> int | None:
+    """Bring the target's cache up to the prompt. When the prompt has tokens to compute besides its
+    last, the last rides in the same pass and the target's first token comes out of it (None
+    otherwise: then the first round scores the last prompt token with its draft). Drafting
+    after the first token is known costs nothing for an answer that ends there (an end token, a
+    one-line answer's newline), and the drafter sees one more token of context."""
+    reused = common_prefix_len(session.ids, prompt)
+    if reused >= len(prompt) - 1 or not want_first:
+        stats.reused_tokens, computed = session.sync(prompt[:-1])
+        stats.prefill_tokens = computed + 1
+        return None
+    logits = session.advance(prompt, n_logits=1)
+    stats.reused_tokens, stats.prefill_tokens = reused, len(prompt) - reused
+    if settings.temperature <= 0:
+        return int(logits[-1].argmax())
+    return sample(target_probs(logits[-1:], settings.temperature, settings.top_k, settings.top_p)[0], gen)
+
+
 def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, prompt: list[int],
                          settings: GenerationSettings, memory: DraftMemory,
                          stop_ids=(), draft_prompt: DraftPrompt = None,
@@ -328,25 +348,26 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                         confidence=settings.draft_confidence if auto else 0.0, gen=gen)
     max_new = settings.max_new_tokens
     if target.max_positions:
-        max_new = min(max_new, target.max_positions - len(prompt))
-        if max_new <= 0:
+        if target.max_positions - len(prompt) <= 0:
             raise ContextTooLong(f"prompt of {len(prompt)} tokens fills the model's context of {target.max_positions}")
+        max_new = min(max_new, target.max_positions - len(prompt))
 
-    # Prefill everything but the last prompt token (reusing the cached prefix).
     session = pool.session_for(prompt)
     calls0, fwd0 = session.forward_calls, session.forward_ms
     model0 = drafters.model
     d_calls0, d_fwd0 = (model0.draft_calls, model0.forward_ms()) if model0 is not None else (0, 0.0)
     with torch.inference_mode():
-        stats.reused_tokens, computed = session.sync(prompt[:-1])
-    stats.prefill_tokens = computed + 1
+        first = _prefill(session, prompt, settings, gen, stats, max_new > 0)
     stats.prefill_ms = (time.perf_counter() - t0) * 1000
 
     d = Decoding(prompt, draft_prompt, drafters, seq=list(prompt),
                  use_lookup=drafters.lookup is not None and not (heuristic and drafters.model is not None))
-    stop_reason = "max_tokens"
+    stop_reason = None
+    if first is not None:
+        stop_reason = _accept(d, [first], stops, target.vocab, settings, stop_check)
+        stats.first_from_prefill = len(d.out)   # 0 when it was an end token
     with torch.inference_mode():
-        while len(d.out) < max_new:
+        while stop_reason is None and len(d.out) < max_new:
             if cancel is not None and cancel.is_set():
                 stop_reason = "cancelled"
                 break
@@ -363,10 +384,8 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 break
             accepted, bonus = _verify(prop, logits, session, settings, gen)
             _record(prop, accepted, (time.perf_counter() - t2) * 1000, stats, memory, settings)
-            reason = _accept(d, accepted + [bonus], stops, target.vocab, settings, stop_check)
-            if reason is not None:
-                stop_reason = reason
-                break
+            stop_reason = _accept(d, accepted + [bonus], stops, target.vocab, settings, stop_check)
+    stop_reason = stop_reason or "max_tokens"
 
     if d.drafters.lookup is not None:
         d.drafters.lookup.remember(d.out)

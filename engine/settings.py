@@ -1,7 +1,7 @@
 """Settings and results of one generation call, as plain dataclasses."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 from .control import positions_reached
@@ -73,6 +73,7 @@ class GenerationStats:
     rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
     controller: dict = field(default_factory=dict)   # the controller's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
+    first_from_prefill: int = 0  # 1 when the answer's first token came from the prefill pass (not a round)
     tree_passes: int = 0        # tree rounds whose chains branched: both verified in one pass
     # Exact counts behind the acceptance formula, per drafter ("lookup", "model"): how many drafts
     # reached position i (every earlier token accepted) and how many had token i accepted.
@@ -105,11 +106,14 @@ class GenerationStats:
 
     @property
     def tokens_per_target_call(self) -> float:
-        # one target forward per round; the prefill (if any was needed) is not a decode call
-        return self.new_tokens / self.rounds if self.rounds else 0.0
+        # one target forward per round; the prefill (if any was needed) is not a decode call,
+        # and the first token it gave is not a round's
+        return (self.new_tokens - self.first_from_prefill) / self.rounds if self.rounds else 0.0
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        # A shallow copy: the dicts in it are this call's own (the controller's summary is built
+        # for it), and dataclasses.asdict's deep copy cost ~1 ms a request.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["acceptance_rate"] = round(self.acceptance_rate, 4)
         d["tokens_per_target_call"] = round(self.tokens_per_target_call, 4)
         # engine overhead: everything outside the models' forward passes

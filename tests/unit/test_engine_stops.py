@@ -49,6 +49,27 @@ def test_max_new_tokens_and_time_budget(pair):
     assert got.stop_reason == "time_budget" and len(got.token_ids) < 500
 
 
+def test_the_prefill_gives_the_first_token_so_an_answer_over_at_once_costs_one_pass(pair):
+    t_ids, d_ids = _prompts(pair, "while True:\n    ")
+    pair.pool.clear()
+    full = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=12))
+    pair.pool.clear()
+    # An end token first: the prefill's pass decides it, no draft is verified.
+    over = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=12), stop_ids=[full.token_ids[0]])
+    assert over.token_ids == [] and over.stop_reason == "eos"
+    assert over.stats.target_calls == 1 and over.stats.rounds == 0
+    pair.pool.clear()
+    one = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=1))
+    assert one.token_ids == full.token_ids[:1] and one.stats.rounds == 0 and one.stats.first_from_prefill == 1
+    assert pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=0)).token_ids == []
+    # A prompt already cached but for its last token has no pass to share: round one scores it.
+    pair.pool.clear()
+    pair.generate(t_ids[:-1], None, GenerationSettings(max_new_tokens=1))
+    again = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=12))
+    assert again.stats.first_from_prefill == 0 and again.stats.prefill_tokens == 1
+    assert again.token_ids == full.token_ids
+
+
 class CancelAfter(threading.Event):
     """A real Event that sets itself when checked for the n-th time (a deterministic
     stand-in for the user typing on mid-decode)."""

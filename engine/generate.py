@@ -316,7 +316,8 @@ def _prefill(session: KVSession, prompt: list[int], settings: GenerationSettings
     after the first token is known costs nothing for an answer that ends there (an end token, a
     one-line answer's newline), and the drafter sees one more token of context."""
     reused = common_prefix_len(session.ids, prompt)
-    if reused >= len(prompt) - 1 or not want_first:
+    # (a prompt that fills the session's budget to its last token: round one reports it full)
+    if reused >= len(prompt) - 1 or not want_first or len(prompt) > session.max_tokens:
         stats.reused_tokens, computed = session.sync(prompt[:-1])
         stats.prefill_tokens = computed + 1
         return None

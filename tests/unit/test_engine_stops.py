@@ -70,6 +70,18 @@ def test_the_prefill_gives_the_first_token_so_an_answer_over_at_once_costs_one_p
     assert again.token_ids == full.token_ids
 
 
+def test_a_prompt_one_past_the_cache_budget_ends_context_full_and_the_engine_goes_on():
+    target_dir, draft_dir = tiny_pair_dirs()
+    small = Engine(EngineConfig(target=target_dir, draft="ngram", max_cache_tokens=24))
+    ids = [small.target.tokenizer.bos_token_id] + small.target.vocab.encode_text("def f(x):\n    return x\n" * 4)
+    got = small.generate(ids[:25], None, GenerationSettings(max_new_tokens=8))
+    assert got.stop_reason == "context_full" and got.token_ids == []
+    small.pool.clear()
+    again = small.generate(ids[:12], None, GenerationSettings(max_new_tokens=8))
+    assert again.stop_reason in ("max_tokens", "eos")
+    assert again.stats.first_from_prefill == (1 if again.token_ids else 0)
+
+
 class CancelAfter(threading.Event):
     """A real Event that sets itself when checked for the n-th time (a deterministic
     stand-in for the user typing on mid-decode)."""

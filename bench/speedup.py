@@ -75,7 +75,8 @@ class Totals:
 
     @property
     def tokens_per_call(self) -> float | None:
-        """New tokens per target pass of the rounds (the prefill not counted)."""
+        """The rounds' new tokens per round, one target pass each (the prefill's pass and a first
+        token it gave are not counted)."""
         return self.new_tokens / self.rounds if self.rounds else None
 
     @property

@@ -339,8 +339,9 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
              f"draft `{meta['settings']['draftModel']}`; {meta['workload_sizes']}", "",
              table(rows), "",
              "Latency: the engine call (generate) or the request as the client sees it (end of line, replay: "
-             "cache hits and empty answers included). *Tokens / target call*: new tokens per target pass of the "
-             "rounds. *Per request vs no draft*: the median over requests of no draft's latency over this "
+             "cache hits and empty answers included). *Tokens / target call*: the rounds' new tokens per "
+             "round (one target pass each; a first token from the prefill's pass is not counted). *Per "
+             "request vs no draft*: the median over requests of no draft's latency over this "
              "configuration's for the same request (only requests where both ran the model), with a 95% "
              "bootstrap interval of that median; pairing cancels what each request costs and most of the "
              "machine's load, so it moves far less from run to run than p50 against p50, and (c)'s "

@@ -26,6 +26,7 @@ hiccup cannot shut drafting off for good.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 MAX_K = 16
@@ -150,41 +151,53 @@ class DrafterEstimate:
 
 @dataclass
 class VerifyCost:
-    """The target's cost of scoring w tokens in one pass, as a line: the width-1 cost plus a slope
-    per extra token, fitted online to every round's measurement.
+    """The target's cost of scoring w tokens in one pass, fitted online to every round's
+    measurement: verify(w) = verify(1) + per_doubling x log2(w) + per_token x (w - 1).
+
+    The log term is there because the cost is not a line. The shipped target at 460 cached
+    tokens on this kind of CPU took 3.8 ms for 1 token, 4.9 for 2, 5.7 for 4, 7.0 for 8 and 8.3
+    for 16 (bench/forward_cost.py): a matrix of one row runs as a matrix-vector product, two
+    rows take the slower small-matrix path, attention needs its mask, and from there each
+    doubling of the width adds about the same. A line fitted to such rounds is too cheap at
+    widths 2-3 (short, doubtful drafts look free) and too dear at 16 (long, likely copies look
+    costly); a machine whose cost does grow by the token (a big model) puts it in the slope.
+    Both start from a CPU-like prior (a doubling +25 %, a token +2 %) that measurements move.
 
     Round times are skewed: most rounds take about the same, a few take far longer (a page fault,
     another process). A running mean follows the skew, and a slope taken from one round at a time
-    (its time less the width-1 estimate) carries the noise of both: on the shipped target that
-    made verify(1) 5.4-5.9 ms and the slope 0.44-1.48 ms at the end of two runs of the same
-    prompts, whose rounds had medians of 4.6 ms at width 1 and about 0.6 ms more per extra token.
-    So each measurement moves the line by its error clipped to CLIP_SPREADS typical errors (a
-    Huber fit, which tracks the typical round), shared between the two coefficients in proportion
-    to what each contributes at that width (a normalised least-mean-squares step: the line's
-    error at that width shrinks by COST_EMA)."""
+    carries the noise of both. So each measurement moves the fit by its error clipped to
+    CLIP_SPREADS typical errors (a Huber fit, which tracks the typical round), shared between the
+    coefficients in proportion to what each contributes at that width (a normalised
+    least-mean-squares step: the fit's error at that width shrinks by COST_EMA)."""
     one_ms: float = 0.0
+    per_doubling_ms: float = 0.0
     per_token_ms: float = 0.0
-    spread_ms: float = 0.0      # typical |error| of one measurement against the line
+    spread_ms: float = 0.0      # typical |error| of one measurement against the fit
     seen: bool = False
 
     def __call__(self, width: int) -> float:
-        return self.one_ms + self.per_token_ms * (width - 1)
+        return self.one_ms + self.per_doubling_ms * _LOG2[width] + self.per_token_ms * (width - 1)
 
     def record(self, width: int, ms: float) -> None:
         if not self.seen:
-            self.one_ms, self.per_token_ms, self.spread_ms, self.seen = ms, 0.05 * ms, 0.1 * ms, True
+            self.one_ms, self.per_doubling_ms, self.per_token_ms = ms, 0.25 * ms, 0.02 * ms
+            self.spread_ms, self.seen = 0.1 * ms, True
             return
-        x = width - 1
+        x, l = width - 1, _LOG2[width]
         error = ms - self(width)
         # the spread follows the errors, a far one counting as at most SPREAD_CAP spreads; it
-        # never falls below SPREAD_FLOOR of the line, so a steady machine that turns slower
+        # never falls below SPREAD_FLOOR of the fit, so a steady machine that turns slower
         # is still followed
         spread = max(self.spread_ms, SPREAD_FLOOR * self(width))
         clip = CLIP_SPREADS * spread
         self.spread_ms = spread + COST_EMA * (min(abs(error), SPREAD_CAP * spread) - spread)
-        step = COST_EMA * max(-clip, min(clip, error)) / (1 + x * x)
+        step = COST_EMA * max(-clip, min(clip, error)) / (1 + l * l + x * x)
         self.one_ms = max(0.0, self.one_ms + step)
+        self.per_doubling_ms = max(0.0, self.per_doubling_ms + step * l)
         self.per_token_ms = max(0.0, self.per_token_ms + step * x)
+
+
+_LOG2 = [0.0] + [math.log2(w) for w in range(1, 4 * MAX_K + 8)]   # verify widths: a tree has two chains
 
 
 @dataclass
@@ -252,10 +265,10 @@ class DraftController:
             return Plan("model", min(4, max_k), 0.0)
         if not self.verify.seen:    # no costs known yet: measure a round first
             return Plan("lookup", min(lookup_tokens, max_k), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-        one, per = self.verify.one_ms, self.verify.per_token_ms
         lookup_k = min(lookup_tokens, max_k)
         # self.verify(w) (at least 1e-6) for every width a chain or a tree of these lengths has
-        verify = [1e-6 if 1e-6 > v else v for v in (one + per * (w - 1) for w in range(2 + lookup_k + max_k))]
+        one, dbl, per = self.verify.one_ms, self.verify.per_doubling_ms, self.verify.per_token_ms
+        verify = [max(1e-6, one + dbl * _LOG2[w] + per * (w - 1)) for w in range(2 + lookup_k + max_k)]
         l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first
@@ -372,6 +385,7 @@ class DraftController:
     def summary(self) -> dict:
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
                 "probe_every": dict(self.probe_every),
-                "verify_ms": {"width_1": round(self.verify(1), 3), "per_extra_token": round(self.verify.per_token_ms, 3)},
+                "verify_ms": {"width_1": round(self.verify(1), 3), "per_doubling": round(self.verify.per_doubling_ms, 3),
+                              "per_extra_token": round(self.verify.per_token_ms, 3)},
                 "lookup": self.lookup.summary(), "model": self.model.summary(),
                 "lookup_by_class": {name: est.summary() for name, est in self.lookup_by_class.items()}}

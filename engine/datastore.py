@@ -5,7 +5,8 @@ the same in a store of what the target itself wrote at many editor positions of 
 (made once per target by `python -m training.datastore`; the default pair ships one). A small
 code model repeats itself across files, so what it wrote after a run of tokens elsewhere is
 often what it writes here: retrieval drafting (REST) on on-policy data, i.e. distillation into
-a table instead of a model. It costs a binary search and a few array reads per round.
+a table instead of a model. It costs a binary search per round; what follows a run of ids is
+voted once and kept (short runs come back round after round).
 
 Store: the answers' token ids, one array, each answer (with the last CONTEXT ids of its prompt
 in front) followed by SEP. Index: the array reversed, its suffixes sorted by their first
@@ -21,10 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import zipfile
 from array import array
 from bisect import bisect_left
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -35,11 +36,14 @@ from .drafters import Draft
 MAX_MATCH = 16              # ids compared at most (the controller's top class is 16+)
 CONTEXT = 16                # prompt ids stored in front of each answer (FIM sentinels, the line)
 SEP = 0x7FFFFFFF            # between answers: above every token id, and never matched
+MAX_PROPOSAL = 64           # ids proposed at most (the engine asks for up to 16)
+PROPOSAL_CACHE = 4096       # proposals kept by the run they follow
 MAX_VOTERS = 32             # occurrences a proposal is voted from (evenly spread over the block)
 # The proposal stops where fewer than this share of the occurrences still agreeing go on with
 # the same id: past there the target follows no better than chance, and each further id costs
 # verify width (as the draft model stops below a top probability of 0.4).
 MIN_SHARE = 0.4
+_SEP_BYTES = SEP.to_bytes(4, "big")
 FILE_NAME = "datastore.npz"  # `datastore: auto` loads this file from the target's directory
 
 
@@ -123,11 +127,13 @@ class Datastore:
     def __init__(self, ids: np.ndarray):
         ids = ids.astype(np.int64)
         self.size = int(ids.size)
-        self._ids = array("q", ids.tobytes())    # read a few at a time: faster than numpy here
         rev = ids[::-1].copy()
         # Big-endian bytes compare as the ids do; a slice of MAX_MATCH ids is a suffix's key.
         self._bytes = rev.astype(">u4").tobytes()
         self._order = array("i", _cached_order(ids, rev).tobytes())
+        # the ids forward, big-endian, with SEP past the end: an occurrence's continuation is a slice
+        self._proposals: dict[tuple, tuple[int, ...]] = {}    # (run, k, special ids) -> proposal
+        self._forward = np.concatenate([ids, np.full(MAX_PROPOSAL, SEP)]).astype(">u4").tobytes()
 
     @classmethod
     def load(cls, path: str | Path, vocab: dict[str, int]) -> "Datastore":
@@ -154,6 +160,7 @@ class Datastore:
         in the store, with `match` = that run's length; None when not even its last id is there."""
         if k <= 0 or not seq or self.size == 0:
             return None
+        k = min(k, MAX_PROPOSAL)
         tail = seq[:-MAX_MATCH - 1:-1]
         query = np.asarray(tail, dtype=">u4").tobytes()
         at = bisect_left(self._order, query, key=self._key)
@@ -161,42 +168,87 @@ class Datastore:
         if match == 0:
             return None
         prefix = query[:4 * match]
+        # what follows a run depends on the run alone: short runs come back round after round
+        if not isinstance(special_ids, frozenset):
+            special_ids = frozenset(special_ids)
+        cache_key = (prefix, k, special_ids)
+        ids = self._proposals.get(cache_key)
+        if ids is None:
+            ids = self._proposals[cache_key] = self._vote(prefix, k, special_ids)
+            if len(self._proposals) > PROPOSAL_CACHE:
+                del self._proposals[next(iter(self._proposals))]    # the oldest
+        return Draft(list(ids), match=match, source=DATASTORE_SOURCE) if ids else None
+
+    def _vote(self, prefix: bytes, k: int, special_ids) -> tuple[int, ...]:
+        """The majority continuation of the occurrences of `prefix` (a run of ids, reversed)."""
         lo = bisect_left(self._order, prefix, key=self._key)
         hi = bisect_left(self._order, prefix + b"\x80", lo=lo, key=self._key)
         block = self._order[lo:hi]
         if len(block) > MAX_VOTERS:
             block = block[::len(block) // MAX_VOTERS + 1]
-        ids, last = self._ids, self.size - 1
-        ends = [last - r for r in block]      # where each occurrence ends in ids
-        out: list[int] = []
-        for j in range(1, k + 1):
-            nxt = [(e, ids[e + j]) for e in ends if e + j <= last and ids[e + j] != SEP]
-            if not nxt:
-                break
-            first = nxt[0][1]
-            if all(t == first for _, t in nxt):      # the common case past the first ids
-                best = first
-            else:
-                counts = Counter(t for _, t in nxt)
-                top = max(counts.values())
-                if top < MIN_SHARE * len(ends):
-                    break
-                best = min(t for t, c in counts.items() if c == top)
-            if best in special_ids:
-                break
-            out.append(best)
-            ends = [e for e, t in nxt if t == best]
-        return Draft(out, match=match, source=DATASTORE_SOURCE) if out else None
+        # each occurrence's next k ids as big-endian bytes (past the end: SEP), sorted: the
+        # occurrences that agree on the ids proposed so far are one run of this list, and
+        # within it those that go on with the same id are one run too (SEP, the largest, last)
+        fwd, last = self._forward, self.size - 1
+        conts = sorted([fwd[4 * (last - r + 1):4 * (last - r + 1 + k)] for r in block])
+        return tuple(_majority(conts, k, special_ids))
 
     def _common(self, query: bytes, at: int) -> int:
         """Ids that query and the at-th suffix in sorted order have in common at their start."""
         if not 0 <= at < len(self._order):
             return 0
-        key = self._key(self._order[at])
-        n = 0
-        while 4 * n + 4 <= min(len(key), len(query)) and key[4 * n:4 * n + 4] == query[4 * n:4 * n + 4]:
-            n += 1
-        return n
+        return _common_ids(self._key(self._order[at]), query)
+
+
+def _common_ids(a: bytes, b: bytes) -> int:
+    """How many 4-byte ids two big-endian id strings share at their start."""
+    n = min(len(a), len(b))
+    diff = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
+    return (n - (diff.bit_length() + 7) // 8) // 4
+
+
+def _majority(conts: list[bytes], k: int, special_ids) -> list[int]:
+    """Follow the majority through the sorted continuations `conts`: at each id, among the
+    occurrences that agreed so far and have not reached an answer's end, the commonest next id
+    (the smallest among equals), kept while all agree or while it holds MIN_SHARE of them."""
+    out: list[int] = []
+    a, b, j = 0, len(conts), 0
+    while j < k:
+        at = 4 * j
+        end = b      # those that reached an answer's end (SEP here) sort last: leave them out
+        while end > a and conts[end - 1][at:at + 4] == _SEP_BYTES:
+            end -= 1
+        if end == a:
+            break
+        first, final = conts[a], conts[end - 1]
+        if first[at:at + 4] == final[at:at + 4]:     # all agree: as far as they go on agreeing
+            run = _common_ids(first[at:], final[at:])
+            ids = struct.unpack(f">{run}I", first[at:at + 4 * run])
+            for t in ids:
+                if t in special_ids or t == SEP:
+                    break
+                out.append(t)
+                j += 1
+            else:
+                b = end
+                continue
+            break
+        counts, i = [], a     # (count, start) of each run of the same next id
+        while i < end:
+            chunk, start = conts[i][at:at + 4], i
+            while i < end and conts[i][at:at + 4] == chunk:
+                i += 1
+            counts.append((i - start, start))
+        top = max(c for c, _ in counts)
+        if top < MIN_SHARE * (b - a):
+            break
+        start = next(s for c, s in counts if c == top)   # the smallest id among the commonest
+        best = int.from_bytes(conts[start][at:at + 4], "big")
+        if best in special_ids:
+            break
+        out.append(best)
+        a, b, j = start, start + top, j + 1
+    return out
 
 
 def resolve(setting: str, target_dir: str | None) -> Path | None:

@@ -302,6 +302,9 @@ class NgramDrafter:
         self.datastore = datastore
         self.special_ids = special_ids
         self.history: deque[list[int]] = deque(maxlen=history)
+        self._history: deque[tuple[list[int], bytes]] = deque(maxlen=history)   # with their bytes
+        self._seq: list[int] | None = None      # the sequence _bytes_of last saw, and its bytes
+        self._seq_bytes, self._seq_len = bytearray(), 0
         self.index = index
         self.corpus = Corpus()
         self.stats = LookupStats()
@@ -317,6 +320,7 @@ class NgramDrafter:
     def clear(self) -> None:
         # The block index stays: it holds tokenized text, not model state.
         self.history.clear()
+        self._history.clear()
 
     def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
         """The texts the next request looks up besides its own ids (none: only those)."""
@@ -342,6 +346,7 @@ class NgramDrafter:
         self._last, self._prompt_len = None, None
         if len(completion) > self.max_ngram:
             self.history.append(list(completion))
+            self._history.append((self.history[-1], array("i", completion).tobytes()))
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         if self._prompt_len is None:
@@ -374,28 +379,44 @@ class NgramDrafter:
         self.stats.agreed[source] = self.stats.agreed.get(source, 0) + n
 
     def _near(self, seq: list[int], k: int) -> Draft | None:
+        seq_bytes = self._bytes_of(seq)
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
-            tail = seq[-n:]
-            for name, source, end in (("prompt", seq, len(seq) - n - 1),
-                                      *(("completions", h, len(h) - n - 1) for h in reversed(self.history))):
-                out, start = self._follow(source, tail, end, k)
+            tail = seq_bytes[-4 * n:]
+            for name, source, ids in (("prompt", seq_bytes, seq),
+                                      *(("completions", b, h) for h, b in reversed(self._history))):
+                out, start = self._follow(source, ids, tail, k)
                 if out:
-                    return Draft(out, match=n + _matched_before(source, start, seq, n), source=name)
+                    return Draft(out, match=n + _matched_before(ids, start, seq, n), source=name)
         return None
 
-    def _follow(self, source: list[int], tail: list[int], last_start: int, k: int) -> tuple[list[int], int]:
-        """What follows the latest occurrence of `tail` in source[:last_start + len(tail)], and
-        where that occurrence starts."""
-        n, first = len(tail), tail[0]
-        for start in range(last_start, -1, -1):
-            if source[start] == first and source[start:start + n] == tail:
-                out = []
-                for t in source[start + n:start + n + k]:
-                    if t in self.special_ids:
-                        break
-                    out.append(t)
-                if out:
-                    return out, start
+    def _bytes_of(self, seq: list[int]) -> bytes:
+        """`seq` as 4-byte ids, searched with bytes.rfind (C speed). The engine only appends to
+        a request's sequence (never changes an id in place), so the bytes of the same list grow
+        by its new ids; another list is converted whole."""
+        done = self._seq_len
+        if seq is not self._seq or done > len(seq):
+            self._seq, self._seq_bytes, self._seq_len, done = seq, bytearray(), 0, 0
+        if len(seq) > done:
+            self._seq_bytes += array("i", seq[done:]).tobytes()
+            self._seq_len = len(seq)
+        return self._seq_bytes
+
+    def _follow(self, source: bytes, ids: list[int], tail: bytes, k: int) -> tuple[list[int], int]:
+        """What follows the latest occurrence of `tail` (4-byte ids) in `source` (the bytes of
+        `ids`) that has something after it, and where that occurrence starts (in ids)."""
+        n, end = len(tail) // 4, len(source) - 4
+        while (at := source.rfind(tail, 0, end)) >= 0:
+            end = at + len(tail) - 1      # the next search: occurrences starting before this one
+            if at % 4:                    # across ids: not an occurrence
+                continue
+            start = at // 4
+            out = []
+            for t in ids[start + n:start + n + k]:
+                if t in self.special_ids:
+                    break
+                out.append(t)
+            if out:
+                return out, start
         return [], -1
 
 

@@ -11,7 +11,7 @@ from engine.control import DraftController, Plan
 def controller(verify_one=4.0, per_token=0.05, model_step=0.1, lookup_rate=0.5, model_rate=0.5) -> DraftController:
     c = DraftController()
     c.verify.record(1, verify_one)
-    c.verify.one_ms, c.verify.per_token_ms = verify_one, per_token
+    c.verify.one_ms, c.verify.per_doubling_ms, c.verify.per_token_ms = verify_one, 0.0, per_token
     c.model.step_ms, c.model.begin_ms = model_step, 0.0
     for _ in range(200):   # acceptance by position: rate at every position
         c.lookup.record(8, 8, 0, 0.0)
@@ -70,7 +70,7 @@ def test_a_tree_round_measures_the_verify_cost_of_its_width():
         c.record_tree(Plan("tree", 4, 1.0, 4), (4, 0), (4, 0), 9, 0.4, 4.0 + 8 * 2.0)
         c.lookup.evaluated, c.lookup.accepted = [1e6] * 16, [5e5] * 16   # keep the chains' estimates
         c.model.evaluated, c.model.accepted = [1e6] * 16, [5e5] * 16
-    assert c.verify.per_token_ms > 1.5
+    assert c.verify(9) > 16.0    # measured 20 ms at width 9
     assert c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=True).drafter != "tree"
 
 

@@ -79,3 +79,59 @@ def test_a_match_in_the_remembered_completions_counts_too():
     drafter.remember([9, 8, 1, 2, 3, 4, 5])
     draft = drafter.propose([7, 7, 8, 1, 2, 3], b"", 2, GREEDY)
     assert (draft.tokens, draft.match) == ([4, 5], 4)
+
+
+def _reference_near(seq, history, k, max_ngram, special_ids):
+    """Prompt lookup as plainly as it can be written: for n = max_ngram .. 1, the sequence
+    itself then the completions newest first, the latest occurrence of the last n ids that has
+    something after it (cut at a special id); None if none."""
+    for n in range(min(max_ngram, len(seq) - 1), 0, -1):
+        tail = seq[-n:]
+        for name, source in (("prompt", seq), *(("completions", h) for h in reversed(history))):
+            for start in range(len(source) - n - 1, -1, -1):
+                if source[start:start + n] != tail:
+                    continue
+                out = []
+                for t in source[start + n:start + n + k]:
+                    if t in special_ids:
+                        break
+                    out.append(t)
+                if out:
+                    return name, out, start, n
+    return None
+
+
+def test_the_byte_search_finds_what_a_plain_scan_finds():
+    """The search runs on the ids as bytes (bytes.rfind), grown as the sequence grows: on
+    random sequences with many repeats, ids of every byte pattern (0, 256, 65536: a byte-wise
+    match across two ids must not count) and special ids, it proposes what a plain scan of the
+    ids proposes, at every length of a growing sequence and after the sequence is replaced."""
+    import random
+    from engine.lookup import _matched_before
+    rnd = random.Random(0)
+    specials = frozenset({0})
+    alphabet = [0, 1, 2, 3, 256, 257, 65536, 65537, 16777216]
+    for trial in range(60):
+        drafter = NgramDrafter(max_ngram=3, special_ids=specials)
+        history = []
+        for _ in range(rnd.randrange(0, 4)):
+            done = [rnd.choice(alphabet) for _ in range(rnd.randrange(2, 12))]
+            drafter.remember(done)
+            if len(done) > drafter.max_ngram:
+                history.append(done)
+        seq = [rnd.choice(alphabet) for _ in range(rnd.randrange(1, 8))]
+        for _ in range(40):
+            k = rnd.randrange(1, 6)
+            got = drafter._near(seq, k)
+            want = _reference_near(seq, history[-8:], k, 3, specials)
+            if want is None:
+                assert got is None
+            else:
+                name, out, start, n = want
+                source = seq if name == "prompt" else None
+                assert (got.source, got.tokens) == (name, out), (seq, history)
+                if source is not None:
+                    assert got.match == n + _matched_before(seq, start, seq, n)
+            seq.append(rnd.choice(alphabet))      # the engine's sequence grows in place
+            if rnd.random() < 0.05:
+                seq = [rnd.choice(alphabet) for _ in range(len(seq))]   # another list, same length

@@ -90,13 +90,18 @@ def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
 
 
 def _trim_past_stop(cand: list[int], gen_bytes: bytes, vocab, stop_check: StopCheck) -> list[int]:
-    """The draft's tokens up to the one that decides the answer: verifying more is wasted work."""
+    """The draft's tokens before the one that decides the answer (a one-line answer's newline,
+    a dedent). Verifying that one is wasted work too: when the draft is right up to it, the
+    target's own token after them is that very token (greedy) or its equal in law, and the
+    round's extra token would lie past the answer's end; when the draft is wrong before it, it
+    was never reached. A draft that is nothing but the deciding token is no draft: the round
+    costs a one-token pass and yields the same."""
     text = decode_bytes(gen_bytes + vocab.bytes_of(cand))
     stop = stop_check(text)
     if stop is None:
         return cand
     need = len(text[:stop.chars].encode("utf-8")) - len(gen_bytes)
-    return cand[:max(1, vocab.tokens_covering(cand, need))]
+    return cand[:max(0, vocab.tokens_covering(cand, need) - 1)]
 
 
 def _verify_chain(cand: list[int], draft: Draft, logits: torch.Tensor, settings: GenerationSettings,

@@ -177,3 +177,38 @@ def test_draft_with_a_shorter_context_is_dropped_not_fatal(tmp_path):
     got = eng.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=10))
     assert got.token_ids == base.generate(t_ids, settings=GenerationSettings(max_new_tokens=10)).token_ids
     assert got.stats.rounds_by_drafter["model"] == 0 and got.stats.draft_calls == 0   # lookup only
+
+
+def test_a_draft_stops_before_the_token_that_decides_the_answer():
+    """The token that decides the answer (a one-line answer's newline) is never verified as a
+    draft token: when the draft is right up to it, the target's own next token is that token,
+    and anything the round adds after it lies past the answer's end. A draft of nothing but
+    that token is no draft."""
+    from engine.generate import _trim_past_stop
+    from engine.models import load_model
+    from engine.settings import TextStop
+    vocab = load_model("default", "target", device="cpu").vocab
+    line_end = lambda text: TextStop("line_end", text.index("\n") + 1) if "\n" in text else None  # noqa: E731
+    cand = vocab.encode_text(" beta)\n        return total")
+    deciding = next(i for i, t in enumerate(cand) if b"\n" in vocab.bytes_of([t]))
+    assert deciding > 0
+    assert _trim_past_stop(cand, b"alpha,", vocab, line_end) == cand[:deciding]
+    assert _trim_past_stop(vocab.encode_text("\n    x"), b"y = 1", vocab, line_end) == []
+    no_stop = vocab.encode_text(" beta, gamma")
+    assert _trim_past_stop(no_stop, b"alpha,", vocab, line_end) == no_stop
+
+
+def test_lookup_drafts_cut_before_a_line_end_give_the_target_alone_answer():
+    """Greedy output with the cut is the target's own, with prompt lookup proposing lines that
+    run past the answer's end."""
+    from engine.settings import TextStop
+    line_end = lambda text: TextStop("line_end", text.index("\n") + 1) if "\n" in text else None  # noqa: E731
+    alone, lookup = Engine(EngineConfig(draft="none")), Engine(EngineConfig(draft="ngram"))
+    text = "".join(f"    total = combine(total, value_{i}, weight)\n" for i in range(6)) + "    total = combine(total, "
+    for draft_length in ("auto", 8):
+        ids = [alone.target.tokenizer.bos_token_id] + alone.target.vocab.encode_text(text)
+        settings = GenerationSettings(max_new_tokens=24, draft_length=draft_length)
+        want = alone.generate(ids, None, settings, stop_check=line_end)
+        got = lookup.generate(ids, None, settings, stop_check=line_end)
+        assert got.token_ids == want.token_ids and got.text == want.text
+        assert got.stats.draft_trimmed >= 1

@@ -1,0 +1,129 @@
+"""What prompt lookup costs per round, for this tree's engine and an older commit's, side by side.
+
+    python -m bench.lookup_cost                       # against DEFAULT_BASELINE
+    python -m bench.lookup_cost --baseline HEAD~1 --files 40 --reps 5
+
+Prompt lookup runs every round a request drafts: it searches the sequence and the recent
+completions (`NgramDrafter._near`), then, where that found no long match, the target's
+datastore (`Datastore.find`). This walks held-out pygls source token by token, as decoding
+grows a sequence (a 480-token window, a proposal of up to 16 tokens at each position), and
+times the whole `propose` and its two searches, each engine on its own drafter and its own
+copy of the shipped datastore (the datastore keeps what it voted, so each starts empty and the
+walk meets each position once). The two engines take turns file by file; figures are medians
+over reps of the mean per call. Every proposal is checked equal across the engines.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import bench_parser, usage_error
+from bench.round_cost import commit_of, engine_at
+from lsp.arguments import number
+
+PROG = "python -m bench.lookup_cost"
+# The engine before this round of lookup cuts (issue 10: lookup's own time per round).
+DEFAULT_BASELINE = "ea8d66d"
+WINDOW = 480      # tokens of sequence before each position, about a completion prompt
+STEPS = 200       # positions walked per file
+DRAFT = 16        # tokens asked per proposal (the engine's longest draft)
+
+
+def walks(encode, n_files: int, seed: int) -> list[list[int]]:
+    """Token ids of held-out source files (pygls, not in the shipped pair's training data)."""
+    import pygls
+    files = sorted(p for p in Path(pygls.__file__).parent.rglob("*.py") if p.stat().st_size > 4000)
+    rng = random.Random(seed)
+    return [[1] + encode(f.read_text(encoding="utf-8")) for f in rng.sample(files, min(n_files, len(files)))]
+
+
+def time_walk(pkg, ids: list[int], special, path: Path, vocab) -> tuple[dict[str, float], list]:
+    """Per-call ms of propose, the sequence search and the datastore search over one walk."""
+    lookup = __import__(pkg.__name__ + ".lookup", fromlist=["NgramDrafter"])
+    store_mod = __import__(pkg.__name__ + ".datastore", fromlist=["Datastore"])
+    store = store_mod.Datastore.load(path, vocab)
+    drafter = lookup.NgramDrafter(special_ids=special, datastore=store)
+    start = max(WINDOW, len(ids) - STEPS - 1) if len(ids) > WINDOW + STEPS else min(len(ids) - 1, WINDOW)
+    seq = ids[start - min(start, WINDOW):start]
+    ms = {"propose": 0.0, "sequence search": 0.0, "datastore search": 0.0}
+    out = []
+    for t in ids[start:start + STEPS]:
+        t0 = time.perf_counter()
+        found = drafter.propose(seq, b"", DRAFT, None)
+        t1 = time.perf_counter()
+        drafter._near(seq, DRAFT)
+        t2 = time.perf_counter()
+        store.find(seq, DRAFT, special)      # a second time: from its cache where it keeps one
+        ms["propose"] += t1 - t0
+        ms["sequence search"] += t2 - t1
+        out.append((found.tokens, found.match, found.source))
+        seq.append(t)
+    # the datastore's first search at each position, on a fresh store: what a round pays
+    store = store_mod.Datastore.load(path, vocab)
+    seq = ids[start - min(start, WINDOW):start]
+    for t in ids[start:start + STEPS]:
+        t0 = time.perf_counter()
+        store.find(seq, DRAFT, special)
+        ms["datastore search"] += time.perf_counter() - t0
+        seq.append(t)
+    n = max(1, len(out))
+    return {k: v / n * 1000 for k, v in ms.items()}, out
+
+
+def main(argv=None) -> int:
+    ap = bench_parser(PROG, __doc__, description="What prompt lookup costs per round, this tree's engine "
+                                                "beside an older commit's.")
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref whose engine runs alongside ('none' to skip)")
+    ap.add_argument("--files", type=number(int, 1), default=24, help="held-out files walked")
+    ap.add_argument("--reps", type=number(int, 1), default=3)
+    args = ap.parse_args(argv)
+    sha = None
+    if args.baseline != "none":
+        sha = commit_of(args.baseline)
+        if sha is None:
+            return usage_error(PROG, f"--baseline: {args.baseline!r} names no git commit here")
+    import engine as this_pkg
+    from engine.datastore import resolve
+    from engine.models import load_model, resolve_name
+    target = load_model("default", "target", device="cpu")
+    path = resolve("auto", resolve_name("default", "target"))
+    if path is None:
+        return usage_error(PROG, "the default pair has no datastore here")
+    vocab = target.tokenizer.get_vocab()
+    special = frozenset(target.vocab.special_ids)
+    files = walks(target.vocab.encode_text, args.files, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        pkgs = [("this tree", this_pkg)]
+        if sha is not None:
+            pkgs.append((f"baseline {sha}", engine_at(sha, Path(tmp))))
+        samples = {label: {} for label, _ in pkgs}
+        same = total = 0
+        for rep in range(args.reps):
+            sums = {label: {} for label, _ in pkgs}
+            for i, ids in enumerate(files):
+                outs = []
+                for label, pkg in (pkgs if i % 2 == 0 else pkgs[::-1]):
+                    ms, out = time_walk(pkg, ids, special, path, vocab)
+                    outs.append(out)
+                    for k, v in ms.items():
+                        sums[label][k] = sums[label].get(k, 0.0) + v / len(files)
+                if rep == 0:
+                    total += len(outs[0])
+                    same += sum(len({repr(o[j]) for o in outs}) == 1 for j in range(len(outs[0])))
+            for label in sums:
+                for k, v in sums[label].items():
+                    samples[label].setdefault(k, []).append(v)
+    print(f"{len(files)} held-out files, {STEPS} positions each, a {WINDOW}-token window, {DRAFT} tokens asked; "
+          f"shipped datastore; {args.reps} reps; proposals equal across engines {same}/{total}\n")
+    names = ("propose", "sequence search", "datastore search")
+    print(f"{'engine':<22} " + " ".join(f"{n:>17}" for n in names) + "   (ms per call, median over reps)")
+    for label in samples:
+        print(f"{label:<22} " + " ".join(f"{statistics.median(samples[label][n]):>17.4f}" for n in names))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

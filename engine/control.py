@@ -178,6 +178,10 @@ class VerifyCost:
     def __call__(self, width: int) -> float:
         return self.one_ms + self.per_doubling_ms * _LOG2[width] + self.per_token_ms * (width - 1)
 
+    def widths(self, n: int) -> list[float]:
+        """verify(w) for w = 0 .. n - 1, each at least 1e-6 (the plan divides by them)."""
+        return [max(1e-6, self(w)) for w in range(n)]
+
     def record(self, width: int, ms: float) -> None:
         if not self.seen:
             self.one_ms, self.per_doubling_ms, self.per_token_ms = ms, 0.25 * ms, 0.02 * ms
@@ -267,8 +271,7 @@ class DraftController:
             return Plan("lookup", min(lookup_tokens, max_k), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
         lookup_k = min(lookup_tokens, max_k)
         # self.verify(w) (at least 1e-6) for every width a chain or a tree of these lengths has
-        one, dbl, per = self.verify.one_ms, self.verify.per_doubling_ms, self.verify.per_token_ms
-        verify = [max(1e-6, one + dbl * _LOG2[w] + per * (w - 1)) for w in range(2 + lookup_k + max_k)]
+        verify = self.verify.widths(2 + lookup_k + max_k)
         l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first

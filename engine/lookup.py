@@ -301,8 +301,7 @@ class NgramDrafter:
         self.max_ngram = max_ngram
         self.datastore = datastore
         self.special_ids = special_ids
-        self.history: deque[list[int]] = deque(maxlen=history)
-        self._history: deque[tuple[list[int], bytes]] = deque(maxlen=history)   # with their bytes
+        self.history: deque[tuple[list[int], bytes]] = deque(maxlen=history)   # completions, with their bytes
         self._seq: list[int] | None = None      # the sequence _bytes_of last saw, and its bytes
         self._seq_bytes, self._seq_len = bytearray(), 0
         self.index = index
@@ -320,7 +319,6 @@ class NgramDrafter:
     def clear(self) -> None:
         # The block index stays: it holds tokenized text, not model state.
         self.history.clear()
-        self._history.clear()
 
     def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
         """The texts the next request looks up besides its own ids (none: only those)."""
@@ -345,8 +343,7 @@ class NgramDrafter:
             self._score(source, completion[at - self._prompt_len:], tokens)
         self._last, self._prompt_len = None, None
         if len(completion) > self.max_ngram:
-            self.history.append(list(completion))
-            self._history.append((self.history[-1], array("i", completion).tobytes()))
+            self.history.append((list(completion), array("i", completion).tobytes()))
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         if self._prompt_len is None:
@@ -383,7 +380,7 @@ class NgramDrafter:
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq_bytes[-4 * n:]
             for name, source, ids in (("prompt", seq_bytes, seq),
-                                      *(("completions", b, h) for h, b in reversed(self._history))):
+                                      *(("completions", b, h) for h, b in reversed(self.history))):
                 out, start = self._follow(source, ids, tail, k)
                 if out:
                     return Draft(out, match=n + _matched_before(ids, start, seq, n), source=name)

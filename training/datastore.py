@@ -7,7 +7,8 @@
    does (or --eval-code names the held-out files).
 2. The target greedily completes editor positions of the training files (end of a code line,
    fresh indented line, mid-line, left to right), each prompt in its own format, for --minutes;
-   samples go to --work/samples.jsonl, so the same command continues them. Samples written by
+   samples go to --work/samples.jsonl (--gen-workers N: N processes, worker i > 0 writing
+   samples.i.jsonl), so the same command continues them. Samples written by
    `specfill distill` (its OUT.work/samples.jsonl) can be added with --samples.
 3. The answers, each after the last ids of its prompt, are written to --out (engine/datastore.py).
    Put it in the target's directory as datastore.npz, or name it in the `datastore` setting.
@@ -22,7 +23,7 @@ import os
 import sys
 import time
 
-from training.distill import DEFAULT_KINDS, eval_positions, log, use_threads
+from training.distill import DEFAULT_KINDS, data_job, eval_positions, log, use_threads
 
 
 def parse_args(argv, prog: str):
@@ -45,6 +46,8 @@ def parse_args(argv, prog: str):
     p.add_argument("--max-samples", type=number(int, 0), default=0, help="stop after this many answers (0 = time)")
     p.add_argument("--new-tokens", type=number(int, 1), default=48, help="target tokens per answer")
     p.add_argument("--gen-batch", type=number(int, 1), default=16)
+    p.add_argument("--gen-workers", type=number(int, 1), default=1,
+                   help="processes answering at once, each with its own target (a CPU: one per core)")
     p.add_argument("--eval-positions", type=number(int, 0), default=24, help="held-out positions per kind")
     p.add_argument("--eval-tokens", type=number(int, 1), default=48, help="new tokens per evaluation request")
     p.add_argument("--seed", type=int, default=0)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
     from engine import load_model
     from engine.datastore import save
     from engine.models import ModelLoadError
-    from training.distill_data import generate_samples, read_samples
+    from training.distill_data import generate_in_workers, read_samples
 
     use_threads(args.threads, args.device)
     os.makedirs(args.work, exist_ok=True)
@@ -126,10 +129,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
     template = load_template(target.tokenizer)
     log(f"files: {len(train_files)} training, {len(held)} held out; work folder {args.work}")
     t0 = time.time()
-    samples = generate_samples(
-        target, template, lambda seed: random_positions(train_files, DEFAULT_KINDS, seed),
-        os.path.join(args.work, "samples.jsonl"), args.minutes, args.new_tokens, args.gen_batch,
-        args.seed, args.max_samples, log)
+    samples = generate_in_workers(
+        data_job(args, args.minutes), args.gen_workers, target, template,
+        lambda seed: random_positions(train_files, DEFAULT_KINDS, seed), args.work, args.seed, args.max_samples, log)
     for path in args.samples:
         samples += read_samples(path)
     stored = save(args.out, [answer_ids(template, s) for s in samples], target.tokenizer.get_vocab())

@@ -8,7 +8,8 @@
 2. Data (on-policy): the target greedily completes editor positions of the training files (cursor
    at the end of a code line, on a fresh indented line, after a word mid-line: FIM in the layouts
    its template supports; and left to right), each prompt in the target's own format. The text it
-   writes is put after the same position in the draft's own format.
+   writes is put after the same position in the draft's own format. --gen-workers N runs N
+   data processes at once (distill_data.generate_in_workers), each with its own target.
 3. Training: the draft learns to write what the target wrote (sequence-level distillation: works
    across tokenizers); when both share one vocabulary, also token-level KL to the target's logits.
 4. Report: held-out acceptance (k = 4) and tokens per target call of the draft before and after,
@@ -69,6 +70,8 @@ def parse_args(argv, prog: str) -> argparse.Namespace:
     p.add_argument("--max-steps", type=number(int, 0), default=0, help="stop training after this many steps (0 = time)")
     p.add_argument("--new-tokens", type=number(int, 1), default=32, help="target tokens per sample")
     p.add_argument("--gen-batch", type=number(int, 1), default=16)
+    p.add_argument("--gen-workers", type=number(int, 1), default=1,
+                   help="processes writing target data at once, each with its own target (a CPU: one per core)")
     p.add_argument("--batch-size", type=number(int, 1), default=DistillSettings.batch_size)
     p.add_argument("--lr", type=number(float, 0, low_open=True), default=DistillSettings.lr)
     p.add_argument("--eval-positions", type=number(int, 0), default=24, help="held-out positions per kind")
@@ -86,6 +89,15 @@ def parse_args(argv, prog: str) -> argparse.Namespace:
     args.work = args.work or args.out.rstrip("/\\") + ".work"
     args.ext = tuple(args.ext or (".py",))
     return args
+
+
+def data_job(args: argparse.Namespace, minutes: float):
+    """The data workers' job from a command's arguments (training.distill and training.datastore)."""
+    from training.distill_data import DataJob
+
+    return DataJob(args.target, args.device, args.threads or 1, tuple(args.code),
+                   tuple(args.eval_code) if args.eval_code else None, args.ext, args.held_out, args.seed,
+                   tuple(DEFAULT_KINDS.items()), minutes, args.new_tokens, args.gen_batch)
 
 
 def log(msg: str) -> None:
@@ -277,7 +289,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     from engine import load_model
     from engine.engine import same_vocabulary
     from engine.models import ModelLoadError
-    from training.distill_data import draft_example, generate_samples
+    from training.distill_data import draft_example, generate_in_workers
     from training.distill_eval import EvalSettings, measure, report_lines
 
     use_threads(args.threads, args.device)
@@ -299,10 +311,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
         f"{'same vocabulary: sequence + token-level KL' if shared else 'different tokenizers: sequence-level'}")
 
     t0 = time.time()
-    samples = generate_samples(
-        target, t_template, lambda seed: random_positions(train_files, DEFAULT_KINDS, seed),
-        os.path.join(args.work, "samples.jsonl"), args.gen_minutes, args.new_tokens, args.gen_batch,
-        args.seed, args.max_samples, log)
+    samples = generate_in_workers(
+        data_job(args, args.gen_minutes), args.gen_workers, target, t_template,
+        lambda seed: random_positions(train_files, DEFAULT_KINDS, seed), args.work, args.seed, args.max_samples, log)
     limit = draft.max_positions or 4096
     examples = [ex for ex in (draft_example(d_template, s) for s in samples) if len(ex[0]) <= limit]
     log(f"[data] {len(examples):,} draft examples, {sum(sum(m) for _, m in examples):,} answer tokens")

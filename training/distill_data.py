@@ -131,6 +131,100 @@ def generate_samples(target, template, make_positions, path: str, minutes: float
     return samples
 
 
+@dataclass(frozen=True)
+class DataJob:
+    """What a data worker process rebuilds on its own (all picklable): the target, the training
+    files (the same split as its command's) and the generation budget."""
+    target: str
+    device: str
+    threads: int
+    code: tuple[str, ...]
+    eval_code: tuple[str, ...] | None
+    ext: tuple[str, ...]
+    held_out: float
+    split_seed: int
+    kinds: tuple[tuple[str, float], ...]
+    minutes: float
+    new_tokens: int
+    batch: int
+
+
+def shard_path(work: str, worker: int) -> str:
+    """Worker 0 writes samples.jsonl (what a single-process run writes), worker i samples.i.jsonl."""
+    return os.path.join(work, "samples.jsonl" if worker == 0 else f"samples.{worker}.jsonl")
+
+
+def read_shards(work: str) -> list[Sample]:
+    """The samples of every worker that wrote to `work`, worker by worker (a fixed order, so
+    training picks the same examples on every run)."""
+    out = read_samples(shard_path(work, 0))
+    worker = 1
+    while os.path.exists(shard_path(work, worker)):
+        out += read_samples(shard_path(work, worker))
+        worker += 1
+    return out
+
+
+def shard_max(max_samples: int, workers: int, worker: int) -> int:
+    """Worker `worker`'s share of a --max-samples budget (0: no limit)."""
+    if not max_samples:
+        return 0
+    return max_samples // workers + (worker < max_samples % workers)
+
+
+def _data_worker(job: DataJob, work: str, worker: int, seed: int, max_samples: int) -> None:
+    """One extra data process: its own target, the command's training files, its own seeded stream."""
+    from completion.templates import load_template
+    from engine import load_model
+    from training.editor_positions import random_positions, training_and_held_out
+
+    torch.set_num_threads(max(1, job.threads))
+    train_files, _ = training_and_held_out(list(job.code), list(job.eval_code) if job.eval_code else None,
+                                           job.ext, job.held_out, job.split_seed)
+    target = load_model(job.target, "target", device=job.device, dtype="float32")
+    kinds = dict(job.kinds)
+    generate_samples(target, load_template(target.tokenizer), lambda s: random_positions(train_files, kinds, s),
+                     shard_path(work, worker), job.minutes, job.new_tokens, job.batch, seed, max_samples,
+                     lambda msg: print(f"{msg} (worker {worker})", flush=True))
+
+
+def generate_in_workers(job: DataJob, workers: int, target, template, make_positions, work: str, seed: int,
+                        max_samples: int = 0, log=print) -> list[Sample]:
+    """generate_samples in `workers` processes at once (a CPU's cores: one small model's greedy
+    batches hardly use a second thread). This process is worker 0, with the command's seed and
+    samples.jsonl, so one worker writes exactly what generate_samples alone writes; worker i
+    (seed + i) loads the target again and appends to samples.i.jsonl. Each resumes its own file.
+    Returns every worker's samples (read_shards)."""
+    import multiprocessing
+
+    procs = []
+    threads = torch.get_num_threads()
+    if workers > 1:
+        torch.set_num_threads(max(1, job.threads))   # one core each, this process too
+        ctx = multiprocessing.get_context("spawn")   # no forked torch state
+        for i in range(1, workers):
+            p = ctx.Process(target=_data_worker, args=(job, work, i, seed + i, shard_max(max_samples, workers, i)),
+                            daemon=True)
+            p.start()
+            procs.append(p)
+    try:
+        generate_samples(target, template, make_positions, shard_path(work, 0), job.minutes, job.new_tokens,
+                         job.batch, seed, shard_max(max_samples, workers, 0), log)
+    finally:
+        torch.set_num_threads(threads)
+    failed = []
+    for i, p in enumerate(procs, start=1):
+        p.join()
+        if p.exitcode != 0:
+            failed.append(f"worker {i} exited with {p.exitcode}")
+    if failed:
+        raise RuntimeError("data generation failed: " + "; ".join(failed))
+    samples = read_shards(work)
+    if workers > 1:
+        log(f"[data] {len(samples):,} samples from {workers} workers")
+    return samples
+
+
 def draft_example(template, sample: Sample) -> tuple[list[int], list[int]]:
     """(ids, is_answer) of one sample in the draft's own format: its prompt, then the target's
     text in its tokens, then its end token where the target stopped."""

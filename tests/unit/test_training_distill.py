@@ -195,3 +195,50 @@ def test_a_finished_training_given_more_budget_goes_on_where_it_stopped():
         assert state["step"] == steps and state["done"]
         states.append(state)
     assert "segment_step" not in states[1] and states[2]["segment_step"] == 3
+
+
+def test_data_workers_write_their_own_seeded_shards_and_one_worker_writes_what_generate_samples_does(tmp_path):
+    """`--gen-workers 2`: this process is worker 0 (the command's seed, samples.jsonl), a spawned
+    process with its own target is worker 1 (seed + 1, samples.1.jsonl); --max-samples is split
+    between them. Worker 0's file is the one a single-process run writes, byte for byte."""
+    import inspect
+    import shlex as shlex_module
+    import string as string_module
+
+    from completion.templates import load_template
+    from engine import load_model
+    from tests.tiny_models import tiny_pair_dirs
+    from training.distill_data import (DataJob, generate_in_workers, generate_samples, read_samples, shard_max,
+                                       shard_path)
+    from training.editor_positions import training_and_held_out
+
+    code = tmp_path / "code"
+    code.mkdir()
+    for m in (shlex_module, string_module):
+        (code / f"{m.__name__}.py").write_text(inspect.getsource(m), encoding="utf-8")
+    target_dir, _ = tiny_pair_dirs()
+    kinds = (("eol", 1.0), ("fresh", 1.0), ("mid", 1.0), ("l2r", 1.0))
+    job = DataJob(target_dir, "cpu", 1, (str(code),), None, (".py",), 0.5, 0, kinds, 60.0, 8, 4)
+    train_files, _ = training_and_held_out([str(code)], None, (".py",), 0.5, 0)
+    target = load_model(target_dir, "target", device="cpu", dtype="float32")
+    template = load_template(target.tokenizer)
+
+    def positions(seed):
+        return random_positions(train_files, dict(kinds), seed)
+
+    assert [shard_max(33, 2, i) for i in (0, 1)] == [17, 16] and shard_max(0, 2, 1) == 0
+    work = tmp_path / "two"
+    work.mkdir()
+    samples = generate_in_workers(job, 2, target, template, positions, str(work), seed=5, max_samples=32,
+                                  log=lambda _: None)
+    first, second = read_samples(shard_path(str(work), 0)), read_samples(shard_path(str(work), 1))
+    assert shard_path(str(work), 1).endswith("samples.1.jsonl")
+    # whole groups of 4 batches of 4: each worker stops at its first group past 16 samples
+    assert len(first) >= 16 and len(second) >= 16 and samples == first + second
+    assert {(s.prefix, s.suffix) for s in first} != {(s.prefix, s.suffix) for s in second}   # own seeds
+
+    alone = tmp_path / "one"
+    alone.mkdir()
+    generate_samples(target, template, positions, str(alone / "samples.jsonl"), 60.0, 8, 4, seed=5,
+                     max_samples=16, log=lambda _: None)
+    assert (alone / "samples.jsonl").read_bytes() == (work / "samples.jsonl").read_bytes()

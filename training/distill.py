@@ -95,7 +95,8 @@ def data_job(args: argparse.Namespace, minutes: float):
     """The data workers' job from a command's arguments (training.distill and training.datastore)."""
     from training.distill_data import DataJob
 
-    return DataJob(args.target, args.device, args.threads or 1, tuple(args.code),
+    threads = max(1, args.threads // args.gen_workers)   # --threads shared out; 1 each when not set
+    return DataJob(args.target, args.device, threads, tuple(args.code),
                    tuple(args.eval_code) if args.eval_code else None, args.ext, args.held_out, args.seed,
                    tuple(DEFAULT_KINDS.items()), minutes, args.new_tokens, args.gen_batch)
 

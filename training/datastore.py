@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from training.distill import DEFAULT_KINDS, data_job, eval_positions, log, use_threads
+from training.distill import data_job, eval_positions, log, use_threads
 
 
 def parse_args(argv, prog: str):
@@ -101,7 +101,7 @@ def compare(target: str, store: str, positions, new_tokens: int, device: str, th
 
 def main(argv: list[str] | None = None, prog: str = "python -m training.datastore") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
-    from training.editor_positions import random_positions, training_and_held_out
+    from training.editor_positions import training_and_held_out
 
     try:
         train_files, held = training_and_held_out(args.code, args.eval_code, args.ext, args.held_out, args.seed)
@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
     log(f"files: {len(train_files)} training, {len(held)} held out; work folder {args.work}")
     t0 = time.time()
     samples = generate_in_workers(
-        data_job(args, args.minutes), args.gen_workers, target, template,
-        lambda seed: random_positions(train_files, DEFAULT_KINDS, seed), args.work, args.seed, args.max_samples, log)
+        data_job(args, args.minutes), args.gen_workers, target, template, train_files, args.work, args.seed,
+        args.max_samples, log)
     for path in args.samples:
         samples += read_samples(path)
     stored = save(args.out, [answer_ids(template, s) for s in samples], target.tokenizer.get_vocab())

@@ -276,7 +276,7 @@ def eval_positions(files, per_kind: int) -> list:
 
 def main(argv: list[str] | None = None, prog: str = "python -m training.distill") -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv, prog)
-    from training.editor_positions import random_positions, training_and_held_out
+    from training.editor_positions import training_and_held_out
 
     try:
         train_files, held = training_and_held_out(args.code, args.eval_code, args.ext, args.held_out, args.seed)
@@ -313,8 +313,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
 
     t0 = time.time()
     samples = generate_in_workers(
-        data_job(args, args.gen_minutes), args.gen_workers, target, t_template,
-        lambda seed: random_positions(train_files, DEFAULT_KINDS, seed), args.work, args.seed, args.max_samples, log)
+        data_job(args, args.gen_minutes), args.gen_workers, target, t_template, train_files, args.work, args.seed,
+        args.max_samples, log)
     limit = draft.max_positions or 4096
     examples = [ex for ex in (draft_example(d_template, s) for s in samples) if len(ex[0]) <= limit]
     log(f"[data] {len(examples):,} draft examples, {sum(sum(m) for _, m in examples):,} answer tokens")

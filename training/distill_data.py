@@ -176,25 +176,33 @@ def _data_worker(job: DataJob, work: str, worker: int, seed: int, max_samples: i
     """One extra data process: its own target, the command's training files, its own seeded stream."""
     from completion.templates import load_template
     from engine import load_model
-    from training.editor_positions import random_positions, training_and_held_out
+    from training.editor_positions import training_and_held_out
 
     torch.set_num_threads(max(1, job.threads))
     train_files, _ = training_and_held_out(list(job.code), list(job.eval_code) if job.eval_code else None,
                                            job.ext, job.held_out, job.split_seed)
     target = load_model(job.target, "target", device=job.device, dtype="float32")
+    _generate_shard(job, target, load_template(target.tokenizer), train_files, work, worker, seed, max_samples,
+                    lambda msg: print(f"{msg} (worker {worker})", flush=True))
+
+
+def _generate_shard(job: DataJob, target, template, train_files, work: str, worker: int, seed: int,
+                    max_samples: int, log) -> None:
+    """generate_samples for one worker: positions of the job's kinds over the training files."""
+    from training.editor_positions import random_positions
+
     kinds = dict(job.kinds)
-    generate_samples(target, load_template(target.tokenizer), lambda s: random_positions(train_files, kinds, s),
-                     shard_path(work, worker), job.minutes, job.new_tokens, job.batch, seed, max_samples,
-                     lambda msg: print(f"{msg} (worker {worker})", flush=True))
+    generate_samples(target, template, lambda s: random_positions(train_files, kinds, s), shard_path(work, worker),
+                     job.minutes, job.new_tokens, job.batch, seed, max_samples, log)
 
 
-def generate_in_workers(job: DataJob, workers: int, target, template, make_positions, work: str, seed: int,
+def generate_in_workers(job: DataJob, workers: int, target, template, train_files, work: str, seed: int,
                         max_samples: int = 0, log=print) -> list[Sample]:
-    """generate_samples in `workers` processes at once (a CPU's cores: one small model's greedy
-    batches hardly use a second thread). This process is worker 0, with the command's seed and
+    """generate_samples in `workers` processes at once (on a CPU, one per core), at positions of
+    the job's kinds over `train_files`. This process is worker 0, with the command's seed and
     samples.jsonl, so one worker writes exactly what generate_samples alone writes; worker i
-    (seed + i) loads the target again and appends to samples.i.jsonl. Each resumes its own file.
-    Returns every worker's samples (read_shards)."""
+    (seed + i) loads the target and the files again and appends to samples.i.jsonl. Each resumes
+    its own file. Returns every worker's samples (read_shards)."""
     import multiprocessing
 
     procs = []
@@ -208,8 +216,7 @@ def generate_in_workers(job: DataJob, workers: int, target, template, make_posit
             p.start()
             procs.append(p)
     try:
-        generate_samples(target, template, make_positions, shard_path(work, 0), job.minutes, job.new_tokens,
-                         job.batch, seed, shard_max(max_samples, workers, 0), log)
+        _generate_shard(job, target, template, train_files, work, 0, seed, shard_max(max_samples, workers, 0), log)
     finally:
         torch.set_num_threads(threads)
     failed = []

@@ -229,7 +229,7 @@ def test_data_workers_write_their_own_seeded_shards_and_one_worker_writes_what_g
     assert [shard_max(33, 2, i) for i in (0, 1)] == [17, 16] and shard_max(0, 2, 1) == 0
     work = tmp_path / "two"
     work.mkdir()
-    samples = generate_in_workers(job, 2, target, template, positions, str(work), seed=5, max_samples=32,
+    samples = generate_in_workers(job, 2, target, template, train_files, str(work), seed=5, max_samples=32,
                                   log=lambda _: None)
     first, second = read_samples(shard_path(str(work), 0)), read_samples(shard_path(str(work), 1))
     assert shard_path(str(work), 1).endswith("samples.1.jsonl")

@@ -43,6 +43,7 @@ class Totals:
     new_tokens: int = 0        # made by the rounds (a first token from the prefill pass is not)
     decode_ms: float = 0.0     # latency - the target's prefill
     draft_ms: float = 0.0
+    draft_first_ms: float = 0.0   # the draft model's first pass of its rounds (in draft_ms)
     verify_ms: float = 0.0
 
     @classmethod
@@ -58,6 +59,7 @@ class Totals:
             t.new_tokens += s["new_tokens"] - (s.get("first_from_prefill") or 0)   # the rounds' tokens
             t.decode_ms += s["latency_ms"] - s["prefill_ms"]
             t.draft_ms += s["draft_ms"]
+            t.draft_first_ms += s.get("draft_first_ms", 0.0)
             t.verify_ms += s["verify_ms"]
         return t
 
@@ -176,6 +178,9 @@ class Costs:
     verify_per_token: float            # each further token in the same pass
     step: dict[str, float]             # drafting cost per drafted token, by drafter
     begin_model: float | None = None   # the draft model's prefill for a request (not in the formula)
+    # drafters whose step is the controller's estimate: for the draft model a step after its
+    # round's first pass, which the formula then adds apart; else drafting time per drafted token
+    from_controller: frozenset = frozenset()
 
     def verify(self, width: float) -> float:
         return self.verify_one + self.verify_per_token * (width - 1)
@@ -195,12 +200,13 @@ def measure_costs(by_config: dict[str, list[dict]], baseline: str) -> Costs:
         est = controller_median(everything, drafter, "step_ms")
         if est is not None:
             step[drafter] = est
+    from_controller = frozenset(step)
     for calls in by_config.values():   # a drafter no controller measured: its drafting time per token
         t = Totals.of(calls)
         kinds = [k for k, n in t.rounds_by_drafter.items() if n and k != "none"]
         if len(kinds) == 1 and kinds[0] not in step and t.drafted:
             step[kinds[0]] = t.draft_ms / t.drafted
-    return Costs(verify_one, slope, step, controller_median(everything, "model", "begin_ms"))
+    return Costs(verify_one, slope, step, controller_median(everything, "model", "begin_ms"), from_controller)
 
 
 @dataclass
@@ -223,6 +229,11 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
     p = {d: v if v is not None else [a] for d, v in p.items()}
     k = t.mean_k
     fallback_step = t.draft_ms / t.drafted if t.drafted else 0.0
+    # a model round's first pass (it catches up on what lookup rounds wrote) beyond a step, as
+    # these calls measured it; the controller prices it apart from the steps too
+    model_rounds = t.rounds_by_drafter.get("model", 0) + t.rounds_by_drafter.get("tree", 0)
+    first_extra = max(0.0, t.draft_first_ms / model_rounds - costs.step.get("model", fallback_step)) \
+        if model_rounds and "model" in costs.from_controller else 0.0
     tokens = time = 0.0
     for kind, n in t.rounds_by_drafter.items():
         if not n:
@@ -231,10 +242,11 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
             e, cost = 1.0, costs.verify(1)
         elif kind == "tree":   # the round's nodes split evenly between the two chains
             e = tree_tokens(p["lookup"], p["model"], k / 2, k / 2)
-            cost = k / 2 * costs.step.get("model", fallback_step) + costs.verify(k + 1)
+            cost = first_extra + k / 2 * costs.step.get("model", fallback_step) + costs.verify(k + 1)
         else:
             e = expected_tokens(p.get(kind, [a]), k)
-            cost = k * costs.step.get(kind, fallback_step) + costs.verify(k + 1)
+            cost = (first_extra if kind == "model" else 0.0) + k * costs.step.get(kind, fallback_step) \
+                + costs.verify(k + 1)
         tokens += n * e
         time += n * (cost + t.overhead_ms)
     return (tokens / time if time > 0 else None), flat

@@ -6,8 +6,9 @@ before it were), a round yields E[k] = 1 + p_1 + p_1 p_2 + ... + p_1...p_k token
 adds one of its own) and costs draft(k) + verify(k + 1) ms. With one acceptance rate a this is
 the familiar (1 - a^(k+1)) / (1 - a). The controller keeps, per way of drafting, the acceptance
 by draft position and the cost of one draft step (and for the draft model the cost of bringing
-its cache up to the request's prompt, paid by the first round of a request that uses it), and
-for the target the cost of verifying w tokens; each round it compares "no draft" (1 token for
+its cache up to the request's prompt, paid by the first round of a request that uses it, and of
+the first pass of each of its rounds, which catches up on the tokens written since it last ran),
+and for the target the cost of verifying w tokens; each round it compares "no draft" (1 token for
 verify(1)), every k of the draft model, and the prompt lookup's proposal cut to every length,
 and, where both lookup and the model can draft, a tree of both chains verified in one target
 pass (engine/tree.py), and takes the best rate. A tree of a lookup chain of kl tokens and a model
@@ -86,13 +87,27 @@ def positions_reached(asked: int, accepted: int) -> int:
     return min(asked, accepted + 1)
 
 
-def _ema(current: float | None, measured: float) -> float:
+@dataclass
+class DraftWork:
+    """What one proposal of the draft model took: its forward passes (`steps`), and the tokens
+    its first pass computed to catch up with text written without it (lookup rounds, the token
+    the prefill gave) before its first proposal (`catch_up`, in its own tokens), with that
+    first pass's time, its text bookkeeping included (`first_ms`). A round after many lookup
+    rounds catches up on all their tokens: priced as draft steps, that pass (and the steps past a
+    decided answer, cut before verifying) made the shipped draft look 2.4-3.8 ms a step at end
+    of line, where its steps after the first take about 1 ms."""
+    steps: int = 0
+    catch_up: int = 0
+    first_ms: float = 0.0
+
+
+def _ema(current: float | None, measured: float, weight: float = COST_EMA) -> float:
     """The first measurement is taken as it is; later ones move the estimate a bounded step."""
     if current is None:
         return measured
     if current > 0:
         measured = min(measured, MAX_JUMP * current)
-    return current + COST_EMA * (measured - current)
+    return current + weight * (measured - current)
 
 
 @dataclass
@@ -101,6 +116,7 @@ class DrafterEstimate:
     prior: float                       # acceptance assumed before anything is measured
     step_ms: float | None = None       # drafting cost per proposed token (None: not measured yet)
     begin_ms: float | None = None      # the draft model's prefill for a request (None: not measured yet)
+    steps_measured: int = 0            # the draft model's rounds of several steps, which price a step
     evaluated: list[float] = field(default_factory=lambda: [0.0] * MAX_K)
     accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_K)
     rounds: int = 0
@@ -128,16 +144,35 @@ class DrafterEstimate:
             total += chain
         return total
 
-    def record(self, asked: int, drafted: int, accepted: int, draft_ms: float) -> None:
+    def record(self, asked: int, drafted: int, accepted: int, draft_ms: float, work: DraftWork | None = None) -> None:
         """A round that asked for `asked` tokens, got `drafted` and had `accepted` of them
         accepted. Position i counts once every earlier one was accepted: a draft that stopped
-        short (nothing to propose, low confidence) failed at the position where it stopped."""
+        short (nothing to propose, low confidence) failed at the position where it stopped.
+        The cost is per drafted token, or for a draft model (`work`) per forward step, with its
+        catching up priced apart (`_record_work`)."""
         self.evaluated = [v * DECAY for v in self.evaluated]
         self.accepted = [v * DECAY for v in self.accepted]
         for i in range(min(positions_reached(asked, accepted), MAX_K)):
             self.evaluated[i] += 1
             self.accepted[i] += i < accepted
-        self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
+        if work is None:
+            self.step_ms = _ema(self.step_ms, draft_ms / max(1, drafted))
+        else:
+            self._record_work(draft_ms, work)
+
+    def _record_work(self, draft_ms: float, work: DraftWork) -> None:
+        """A draft model's step is priced by its forward passes, not by the tokens kept (those
+        past a decided answer are cut before verifying): the passes after a round's first are
+        plain steps (the first is priced apart, DraftController.model_first)."""
+        if work.steps > 1:
+            self.steps_measured += 1
+            measured = (draft_ms - work.first_ms) / (work.steps - 1)
+            # the first rounds' mean, then an average that follows the text (a round of one pass
+            # only stands in until then)
+            self.step_ms = measured if self.steps_measured == 1 else _ema(
+                self.step_ms, measured, max(COST_EMA, 1 / self.steps_measured))
+        elif self.step_ms is None:      # one pass (the answer was decided at once): a stand-in
+            self.step_ms = draft_ms
 
     def record_begin(self, ms: float) -> None:
         self.begin_ms = _ema(self.begin_ms, ms)
@@ -151,8 +186,9 @@ class DrafterEstimate:
 
 @dataclass
 class VerifyCost:
-    """The target's cost of scoring w tokens in one pass, fitted online to every round's
-    measurement: verify(w) = verify(1) + per_doubling x log2(w) + per_token x (w - 1).
+    """The cost of one forward pass over w tokens, fitted online to every round's measurement:
+    verify(w) = verify(1) + per_doubling x log2(w) + per_token x (w - 1). The target's verify
+    pass, and the draft model's first pass of a round (DraftController.model_first).
 
     The log term is there because the cost is not a line. The shipped target at 460 cached
     tokens on this kind of CPU took 3.8 ms for 1 token, 4.9 for 2, 5.7 for 4, 7.0 for 8 and 8.3
@@ -176,18 +212,19 @@ class VerifyCost:
     seen: bool = False
 
     def __call__(self, width: int) -> float:
-        return self.one_ms + self.per_doubling_ms * _LOG2[width] + self.per_token_ms * (width - 1)
+        return self.one_ms + self.per_doubling_ms * _log2(width) + self.per_token_ms * (width - 1)
 
     def widths(self, n: int) -> list[float]:
         """verify(w) for w = 0 .. n - 1, each at least 1e-6 (the plan divides by them)."""
         return [max(1e-6, self(w)) for w in range(n)]
 
     def record(self, width: int, ms: float) -> None:
-        if not self.seen:
-            self.one_ms, self.per_doubling_ms, self.per_token_ms = ms, 0.25 * ms, 0.02 * ms
-            self.spread_ms, self.seen = 0.1 * ms, True
+        if not self.seen:   # the prior's shape, scaled to this measurement at its width
+            one = ms / (1 + 0.25 * _log2(width) + 0.02 * (width - 1))
+            self.one_ms, self.per_doubling_ms, self.per_token_ms = one, 0.25 * one, 0.02 * one
+            self.spread_ms, self.seen = 0.1 * one, True
             return
-        x, l = width - 1, _LOG2[width]
+        x, l = width - 1, _log2(width)
         error = ms - self(width)
         # the spread follows the errors, a far one counting as at most SPREAD_CAP spreads; it
         # never falls below SPREAD_FLOOR of the fit, so a steady machine that turns slower
@@ -202,6 +239,12 @@ class VerifyCost:
 
 
 _LOG2 = [0.0] + [math.log2(w) for w in range(1, 4 * MAX_K + 8)]   # verify widths: a tree has two chains
+
+
+def _log2(width: int) -> float:
+    """log2 of a pass's width, from the table for verify widths (a draft model catching up on a
+    long stretch of lookup rounds computes more)."""
+    return _LOG2[width] if width < len(_LOG2) else math.log2(width)
 
 
 @dataclass
@@ -235,6 +278,10 @@ class DraftController:
         for name, prior in (*((n, p) for n, _, p in (*LOOKUP_CLASSES, *DATASTORE_CLASSES)), DOCUMENT_CLASS)})
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6))
     verify: VerifyCost = field(default_factory=VerifyCost)
+    # The draft model's first pass of a round, by its width: it catches up on the tokens written
+    # since it last ran (DraftWork) and does its text bookkeeping, so it costs more than a step
+    # (measured at end of line with the shipped pair: 1.5-2.9 ms for 2-21 tokens, a step ~1.1).
+    model_first: VerifyCost = field(default_factory=VerifyCost)
     since_model: int = 0     # rounds since each drafter was last used (for probing)
     since_lookup: int = 0
     # rounds without a drafter before the next probe: PROBE_EVERY, doubled after each probe that
@@ -251,18 +298,20 @@ class DraftController:
         return self.lookup if name is None else self.lookup_by_class[name]
 
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
-             tree_ok: bool = False, lookup_match: int = 0, lookup_source: str = "") -> Plan:
+             tree_ok: bool = False, lookup_match: int = 0, lookup_source: str = "",
+             model_behind: int = 0) -> Plan:
         """The best round given a lookup proposal of `lookup_tokens` (0: none) found in
         `lookup_source` after `lookup_match` matched tokens, whether a draft model is there,
         whether it has already begun this request (else its prefill is part of this round's
-        cost), and whether the target can verify a tree."""
+        cost), how many tokens were written since it last ran (it catches up on them first),
+        and whether the target can verify a tree."""
         plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok,
-                          self.lookup_estimate(lookup_match, lookup_source))
+                          self.lookup_estimate(lookup_match, lookup_source), model_behind)
         plan.lookup_match, plan.lookup_source = lookup_match, lookup_source
         return plan
 
     def _plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool, tree_ok: bool,
-              lookup_est: DrafterEstimate) -> Plan:
+              lookup_est: DrafterEstimate, model_behind: int) -> Plan:
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
@@ -286,8 +335,11 @@ class DraftController:
             best = best_lookup
         best_model = None
         if has_model:
-            begin = 0.0 if model_ready else self.model.begin_ms
             step = self.model.step_ms
+            # k model tokens cost begin + k steps: its prefill, when it has not begun the request,
+            # and its first pass over what it is behind on, priced apart from the steps
+            begin = (0.0 if model_ready else self.model.begin_ms) + (
+                self.model_first(model_behind + 1) - step if self.model_first.seen else 0.0)
             m_sums, m_chains = _cumulative(self.model, max_k)
             best_k, best_rate = 0, 0.0
             for k in range(1, max_k + 1):
@@ -342,9 +394,10 @@ class DraftController:
         return Plan("tree", best_km, best_rate, best_kl)
 
     def record(self, plan: Plan, drafted: int, accepted: int, draft_ms: float, verify_ms: float,
-               begin_ms: float | None = None) -> None:
+               begin_ms: float | None = None, model_work: DraftWork | None = None) -> None:
         """What a round of `plan` gave: `drafted` tokens verified, `accepted` of them; `begin_ms`
-        when the round began the draft model for its request."""
+        when the round began the draft model for its request; `model_work`, what the draft
+        model's proposal took (its cost is priced by it)."""
         self._count(plan)
         if self.frozen:
             return
@@ -352,12 +405,14 @@ class DraftController:
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
         if plan.drafter == "model":
-            self.model.record(plan.k, drafted, accepted, draft_ms)
+            self.model.record(plan.k, drafted, accepted, draft_ms, model_work)
+            self._record_first(model_work)
         elif plan.drafter == "lookup":
             self._record_lookup(plan, plan.k, drafted, accepted, draft_ms)
 
     def record_tree(self, plan: Plan, lookup: tuple[int, int], model: tuple[int, int], width: int,
-                    draft_ms: float, verify_ms: float, begin_ms: float | None = None) -> None:
+                    draft_ms: float, verify_ms: float, begin_ms: float | None = None,
+                    model_work: DraftWork | None = None) -> None:
         """What a tree round gave: (drafted, accepted) of its lookup chain and of its model chain
         (a chain's accepted tokens are those the accepted path shares with it) and the width
         verified."""
@@ -368,7 +423,12 @@ class DraftController:
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
         self._record_lookup(plan, plan.lookup_k, *lookup, 0.0)
-        self.model.record(plan.k, *model, draft_ms)
+        self.model.record(plan.k, *model, draft_ms, model_work)
+        self._record_first(model_work)
+
+    def _record_first(self, work: DraftWork | None) -> None:
+        if work is not None and work.steps:
+            self.model_first.record(work.catch_up + 1, work.first_ms)
 
     def _record_lookup(self, plan: Plan, asked: int, drafted: int, accepted: int, draft_ms: float) -> None:
         """A lookup chain counts in the pooled estimate and in its class."""
@@ -391,4 +451,6 @@ class DraftController:
                 "verify_ms": {"width_1": round(self.verify(1), 3), "per_doubling": round(self.verify.per_doubling_ms, 3),
                               "per_extra_token": round(self.verify.per_token_ms, 3)},
                 "lookup": self.lookup.summary(), "model": self.model.summary(),
+                "model_first_pass_ms": {"width_1": round(self.model_first(1), 3),
+                                        "per_extra_token": round(self.model_first.per_token_ms, 3)},
                 "lookup_by_class": {name: est.summary() for name, est in self.lookup_by_class.items()}}

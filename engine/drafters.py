@@ -8,12 +8,15 @@ the others are verified by comparing with what the target itself picks.
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from .kv import KVPool
+from .control import DraftWork
+from .kv import KVPool, KVSession
 from .sampling import sample, target_probs
 from .vocab import TokenVocab
 
@@ -24,6 +27,7 @@ class Draft:
     q: torch.Tensor | None = None   # [len(tokens), V] draft probabilities, or None
     match: int = 0   # prompt lookup: how many tokens before the proposal matched (capped at lookup.MAX_MATCH)
     source: str = ""  # prompt lookup: where it was found ("prompt", "completions", "document", "open documents")
+    work: DraftWork | None = None   # a draft model: what this proposal took (the controller prices steps by it)
 
 
 @dataclass
@@ -33,6 +37,10 @@ class Sampling:
     top_p: float = 1.0
     confidence: float = 0.0          # stop drafting once the draft's top prob falls below
     gen: torch.Generator | None = None
+    # Stop drafting once the drafted bytes (after the generated text) decide the answer, e.g. a
+    # one-line answer's newline: the engine cuts a draft there before verifying it, so every
+    # step past that token would be paid for nothing (None: no such rule).
+    decided: Callable[[bytes], bool] | None = None
 
 
 class Drafter(Protocol):
@@ -73,13 +81,22 @@ def _greedy(logits: torch.Tensor, confidence: float) -> tuple[int, float]:
     return t, float(probs[t])
 
 
+def _first_pass(session: KVSession, t0: float) -> DraftWork:
+    """After a proposal's first forward pass (begun at t0, bookkeeping included): the tokens it
+    computed beyond the one its first proposal needs are the ones it caught up on."""
+    return DraftWork(catch_up=max(0, session.last_computed - 1), first_ms=(time.perf_counter() - t0) * 1000)
+
+
 class ModelDrafter:
-    """A draft model that shares the target's vocabulary: it sees the same ids."""
+    """A draft model that shares the target's vocabulary: it sees the same ids. `vocab` (the
+    shared one) gives the bytes of its tokens, for `Sampling.decided`; without it that rule is
+    not checked while drafting (the engine still cuts the draft before verifying it)."""
     kind = "model"
 
-    def __init__(self, pool: KVPool, special_ids=frozenset()):
+    def __init__(self, pool: KVPool, special_ids=frozenset(), vocab: TokenVocab | None = None):
         self.pool = pool
-        self.special_ids = special_ids
+        self.vocab = vocab
+        self.special_ids = special_ids or (vocab.special_ids if vocab is not None else frozenset())
         self.offset = 0
         self.draft_prompt: list[int] = []
         self.draft_calls = 0
@@ -100,9 +117,11 @@ class ModelDrafter:
         ids = self.draft_prompt + seq[self.offset:]
         if not ids:   # nothing for the draft to condition on (an empty draft prompt)
             return Draft([])
-        before = self.session.forward_calls
+        t0, before = time.perf_counter(), self.session.forward_calls
         tokens, qs = [], []
+        decided = sampling.decided if self.vocab is not None else None
         logits = self.session.advance(ids, 1)[-1]
+        work = _first_pass(self.session, t0)
         for step in range(k):
             t, conf, q = _choose(logits, sampling)
             if t in self.special_ids:
@@ -110,11 +129,13 @@ class ModelDrafter:
             tokens.append(t)
             if q is not None:
                 qs.append(q)
-            if step == k - 1 or (conf < sampling.confidence):
+            if step == k - 1 or conf < sampling.confidence or (
+                    decided is not None and decided(self.vocab.bytes_of(tokens))):
                 break
             logits = self.session.append([t], 1)[-1]   # the cache holds ids + tokens[:-1]
-        self.draft_calls += self.session.forward_calls - before
-        return Draft(tokens, torch.stack(qs) if qs and len(qs) == len(tokens) else None)
+        work.steps = self.session.forward_calls - before
+        self.draft_calls += work.steps
+        return Draft(tokens, torch.stack(qs) if qs and len(qs) == len(tokens) else None, work=work)
 
 
 def translate(src: TokenVocab, ids: list[int], src_context: list[int], dst: TokenVocab,
@@ -285,6 +306,7 @@ class TextDrafter:
         return mask if mask.any() else None
 
     def propose(self, seq, generated, k, sampling) -> Draft:
+        t0 = time.perf_counter()
         tb = self.dv.token_bytes
         pending = self._sync(self.held + generated, seq)
         healing = len(pending)
@@ -295,6 +317,7 @@ class TextDrafter:
         new = b""
         drafted: list[int] = []
         logits = self.session.advance(base, 1)[-1]
+        work = _first_pass(self.session, t0)
         step = 0
         while True:
             if pending:
@@ -313,20 +336,22 @@ class TextDrafter:
             new += b
             step += 1
             # k steps, the healed one among them; one more only if those wrote nothing new
-            if step >= k and (new or step > k) or (new and not pending and conf < sampling.confidence):
+            if step >= k and (new or step > k) or (new and not pending and conf < sampling.confidence) \
+                    or (new and sampling.decided is not None and sampling.decided(new)):
                 break
             logits = self.session.append([t], 1)[-1]   # the cache holds base + drafted[:-1]
-        self.draft_calls += self.session.forward_calls - before
+        work.steps = self.session.forward_calls - before
+        self.draft_calls += work.steps
         self.cont.extend(drafted)
         if not new:
-            return Draft([])
+            return Draft([], work=work)
         # The tokens after the healed bytes, when none straddles them, keep the draft's split.
         n_heal = self.dv.tokens_covering(drafted, healing)
         if len(self.dv.bytes_of(drafted[:n_heal])) == healing:
             tokens = translate(self.dv, drafted[n_heal:], base + drafted[:n_heal], self.tv, seq)
         else:
             tokens = self.tv.continuation_ids(seq, new)
-        return Draft(tokens[:k])
+        return Draft(tokens[:k], work=work)
 
 
 def _suffix_writing(vocab: TokenVocab, ids: list[int], n_bytes: int) -> list[int]:

@@ -60,7 +60,7 @@ class Engine:
             draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean,
                                 cuda_graphs=config.cuda_graphs)
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
-                model = ModelDrafter(draft_pool, special_ids=self.draft.vocab.special_ids)
+                model = ModelDrafter(draft_pool, vocab=self.draft.vocab)
             else:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
             self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)

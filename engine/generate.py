@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .control import DraftController, Plan
+from .control import DraftController, DraftWork, Plan
 from .drafters import Draft, Drafter, Sampling
 from .lookup import NgramDrafter
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
@@ -62,7 +62,7 @@ class DraftMemory:
 
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
                lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False,
-               lookup_match: int = 0, lookup_source: str = "") -> Plan:
+               lookup_match: int = 0, lookup_source: str = "", model_behind: int = 0) -> Plan:
     """Which drafter drafts this round, and how many tokens (trees only under the controller)."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
@@ -77,7 +77,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
             return Plan("model", k, 0.0)
         return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
     return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok,
-                                  lookup_match, lookup_source)
+                                  lookup_match, lookup_source, model_behind)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -147,6 +147,8 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     plan, n = prop.plan, len(accepted)
     stats.count_round(plan.drafter, prop.width - 1, n, prop.draft_ms + (prop.begin_ms or 0.0), verify_ms)
     stats.tree_passes += prop.tree is not None
+    if prop.model_work is not None:
+        stats.draft_first_ms += prop.model_work.first_ms
     if plan.drafter == "tree":
         for name, chain, asked in (("lookup", prop.chains[0], plan.lookup_k), ("model", prop.chains[1], plan.k)):
             stats.count_positions(name, asked, common_prefix_len(accepted, chain))
@@ -158,9 +160,11 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
         memory.heuristic.update(len(prop.cand), n)
     elif plan.drafter == "tree":
         lookup, model = ((len(c), common_prefix_len(accepted, c)) for c in prop.chains)
-        memory.controller.record_tree(plan, lookup, model, prop.width, prop.draft_ms, verify_ms, prop.begin_ms)
+        memory.controller.record_tree(plan, lookup, model, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
+                                      model_work=prop.model_work)
     else:
-        memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms)
+        memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms,
+                                 model_work=prop.model_work)
 
 
 DraftPrompt = list[int] | Callable[[], list[int]] | None   # the draft model's own prompt, or how to build it
@@ -191,6 +195,7 @@ class Decoding:
     out: list[int] = field(default_factory=list)
     gen_bytes: bytes = b""
     model_begun: bool = False
+    model_behind: int = 0    # tokens written since the draft model last ran (it catches up on them)
     text_checked: int = 0
 
 
@@ -204,12 +209,21 @@ class Proposal:
     tree: DraftTree | None = None
     chains: tuple[list[int], list[int]] = ([], [])
     draft_ms: float = 0.0
+    model_work: DraftWork | None = None   # what the draft model's proposal took, when it drafted
     begin_ms: float | None = None   # the draft model's prefill, when this round began it
 
     @property
     def width(self) -> int:
         """Tokens the target scores this round."""
         return len(self.tree.tokens) if self.tree is not None else len(self.cand) + 1
+
+
+def _decides(d: Decoding, stop_check: StopCheck | None) -> Callable[[bytes], bool] | None:
+    """Sampling.decided for this call: do these drafted bytes, after the text generated so far,
+    decide the answer? (The draft is cut before the deciding token anyway: `_trim_past_stop`.)"""
+    if stop_check is None:
+        return None
+    return lambda drafted: stop_check(decode_bytes(d.gen_bytes + drafted)) is not None
 
 
 def _cut_at_stop(cand: list[int], d: Decoding, vocab, stop_check: StopCheck | None,
@@ -255,7 +269,7 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     # answer's line end) is priced for the tokens that can count.
     lookup = cut(found.tokens)
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match,
-                      found.source)
+                      found.source, d.model_behind)
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
     # cost (counted in draft_ms, from which the controller learns a draft step's price).
     t1 = time.perf_counter()
@@ -276,12 +290,13 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),
                        lookup_k=_asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
+        prop.model_work = model.work
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
         cand = cut(draft.tokens[:plan.k]) if plan.drafter == "model" else draft.tokens[:plan.k]
         plan = replace(plan, k=_asked(plan.k, draft.tokens[:plan.k], cand))
-        prop = Proposal(plan, cand, draft)
+        prop = Proposal(plan, cand, draft, model_work=draft.work)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop
 
@@ -350,8 +365,6 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
     auto = settings.draft_length == "auto"
     heuristic = auto and settings.draft_control == "heuristic"
-    sampling = Sampling(settings.temperature, settings.top_k, settings.top_p,
-                        confidence=settings.draft_confidence if auto else 0.0, gen=gen)
     max_new = settings.max_new_tokens
     if target.max_positions:
         if target.max_positions - len(prompt) <= 0:
@@ -368,8 +381,12 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
 
     d = Decoding(prompt, draft_prompt, drafters, seq=list(prompt),
                  use_lookup=drafters.lookup is not None and not (heuristic and drafters.model is not None))
+    sampling = Sampling(settings.temperature, settings.top_k, settings.top_p,
+                        confidence=settings.draft_confidence if auto else 0.0, gen=gen,
+                        decided=_decides(d, stop_check))
     stop_reason = None
     if first is not None:
+        d.model_behind = 1
         stop_reason = _accept(d, [first], stops, target.vocab, settings, stop_check)
         stats.first_from_prefill = len(d.out)   # 0 when it was an end token
     with torch.inference_mode():
@@ -390,6 +407,8 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 break
             accepted, bonus = _verify(prop, logits, session, settings, gen)
             _record(prop, accepted, (time.perf_counter() - t2) * 1000, stats, memory, settings)
+            # a model round leaves the draft holding what it drafted; the target's token is its next input
+            d.model_behind = 0 if prop.model_work is not None else d.model_behind + len(accepted) + 1
             stop_reason = _accept(d, accepted + [bonus], stops, target.vocab, settings, stop_check)
     stop_reason = stop_reason or "max_tokens"
 

@@ -129,6 +129,7 @@ class KVSession:
         self.last_used = time.monotonic()
         self.forward_calls = 0
         self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
+        self.last_computed = 0  # tokens the latest forward pass computed
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens."""
@@ -153,6 +154,7 @@ class KVSession:
             with torch.inference_mode():
                 logits = self.forward(new_ids, n_logits)
         self.ids.extend(new_ids)
+        self.last_computed = len(new_ids)
         self.forward_calls += 1
         self.forward_ms += (time.perf_counter() - t0) * 1000
         return logits

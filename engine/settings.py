@@ -64,6 +64,7 @@ class GenerationStats:
     draft_reused_tokens: int = 0
     prefill_ms: float = 0.0     # the target's prefill (the draft model's counts as drafting)
     draft_ms: float = 0.0       # drafting, draft forward passes included
+    draft_first_ms: float = 0.0  # of that, the draft model's first pass of its rounds (it catches up there)
     plan_ms: float = 0.0        # each round's lookup search and plan (paid whatever is drafted)
     verify_ms: float = 0.0      # target forward passes of the rounds + acceptance
     latency_ms: float = 0.0
@@ -118,7 +119,7 @@ class GenerationStats:
         d["tokens_per_target_call"] = round(self.tokens_per_target_call, 4)
         # engine overhead: everything outside the models' forward passes
         d["overhead_ms"] = round(self.latency_ms - self.target_forward_ms - self.draft_forward_ms, 3)
-        for k in ("prefill_ms", "draft_ms", "plan_ms", "verify_ms", "latency_ms", "target_forward_ms", "draft_forward_ms"):
+        for k in ("prefill_ms", "draft_ms", "draft_first_ms", "plan_ms", "verify_ms", "latency_ms", "target_forward_ms", "draft_forward_ms"):
             d[k] = round(d[k], 3)
         return d
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.control import MAX_K, PROBE_EVERY, DraftController, DrafterEstimate
+from engine.control import MAX_K, PROBE_EVERY, DraftController, DrafterEstimate, DraftWork, Plan
 
 
 def controller(verify_one=4.0, per_token=0.2, model_step=0.5) -> DraftController:
@@ -247,3 +247,32 @@ def test_unmeasured_draft_positions_follow_the_measured_ones():
     assert c.model.p(0) < 0.1
     assert c.model.p(5) == pytest.approx(c.model.p(0), abs=0.02)
     assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"
+
+
+def test_a_draft_models_step_is_priced_by_its_passes_and_its_first_pass_apart():
+    """A round after twenty tokens of lookup rounds: its first pass catches up on them, and the
+    draft's tokens past the decided answer were cut before verifying. Neither is a step's price."""
+    c = DraftController()
+    work = DraftWork(steps=4, catch_up=20, first_ms=5.0)
+    c.record(Plan("model", 4, 0.0), 1, 1, 8.0, 5.0, begin_ms=1.0, model_work=work)
+    assert c.model.step_ms == pytest.approx(1.0)       # (8 - 5) ms over the 3 passes after the first
+    assert c.model_first(21) == pytest.approx(5.0)
+    assert c.model_first(1) < c.model_first(21)
+
+
+def test_a_round_of_one_pass_stands_in_until_steps_are_measured():
+    c = DraftController()
+    c.record(Plan("model", 4, 0.0), 0, 0, 3.0, 5.0, begin_ms=1.0, model_work=DraftWork(steps=1, catch_up=2, first_ms=2.8))
+    assert c.model.step_ms == 3.0
+    c.record(Plan("model", 4, 0.0), 3, 1, 2.4, 5.0, model_work=DraftWork(steps=3, catch_up=0, first_ms=1.0))
+    assert c.model.step_ms == pytest.approx(0.7)       # the first real measurement replaces it
+
+
+def test_catching_up_on_a_long_stretch_keeps_a_cheap_draft_model_out():
+    c = controller(model_step=0.1)
+    for _ in range(50):
+        c.model.record(8, 8, 8, 0.8)
+    c.model_first.record(1, 0.1)
+    c.model_first.one_ms, c.model_first.per_doubling_ms, c.model_first.per_token_ms = 0.1, 0.0, 2.0
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_behind=0).drafter == "model"
+    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_behind=40).drafter == "none"

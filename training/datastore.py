@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
     from engine import load_model
     from engine.datastore import save
     from engine.models import ModelLoadError
-    from training.distill_data import generate_in_workers, read_samples
+    from training.distill_data import DataWorkerFailed, generate_in_workers, read_samples
 
     use_threads(args.threads, args.device)
     os.makedirs(args.work, exist_ok=True)
@@ -129,9 +129,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
     template = load_template(target.tokenizer)
     log(f"files: {len(train_files)} training, {len(held)} held out; work folder {args.work}")
     t0 = time.time()
-    samples = generate_in_workers(
-        data_job(args, args.minutes), args.gen_workers, target, template, train_files, args.work, args.seed,
-        args.max_samples, log)
+    try:
+        samples = generate_in_workers(
+            data_job(args, args.minutes), args.gen_workers, target, template, train_files, args.work, args.seed,
+            args.max_samples, log)
+    except DataWorkerFailed as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
     for path in args.samples:
         samples += read_samples(path)
     stored = save(args.out, [answer_ids(template, s) for s in samples], target.tokenizer.get_vocab())

@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     from engine import load_model
     from engine.engine import same_vocabulary
     from engine.models import ModelLoadError
-    from training.distill_data import draft_example, generate_in_workers
+    from training.distill_data import DataWorkerFailed, draft_example, generate_in_workers
     from training.distill_eval import EvalSettings, measure, report_lines
 
     use_threads(args.threads, args.device)
@@ -312,9 +312,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
         f"{'same vocabulary: sequence + token-level KL' if shared else 'different tokenizers: sequence-level'}")
 
     t0 = time.time()
-    samples = generate_in_workers(
-        data_job(args, args.gen_minutes), args.gen_workers, target, t_template, train_files, args.work, args.seed,
-        args.max_samples, log)
+    try:
+        samples = generate_in_workers(
+            data_job(args, args.gen_minutes), args.gen_workers, target, t_template, train_files, args.work, args.seed,
+            args.max_samples, log)
+    except DataWorkerFailed as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
     limit = draft.max_positions or 4096
     examples = [ex for ex in (draft_example(d_template, s) for s in samples) if len(ex[0]) <= limit]
     log(f"[data] {len(examples):,} draft examples, {sum(sum(m) for _, m in examples):,} answer tokens")

@@ -196,6 +196,11 @@ def _generate_shard(job: DataJob, target, template, train_files, work: str, work
                      job.minutes, job.new_tokens, job.batch, seed, max_samples, log)
 
 
+class DataWorkerFailed(RuntimeError):
+    """A data worker process ended with an error (its traceback went to stderr); what it wrote
+    stays in its samples file, and a rerun of the command resumes it."""
+
+
 def generate_in_workers(job: DataJob, workers: int, target, template, train_files, work: str, seed: int,
                         max_samples: int = 0, log=print) -> list[Sample]:
     """generate_samples in `workers` processes at once (on a CPU, one per core), at positions of
@@ -223,9 +228,10 @@ def generate_in_workers(job: DataJob, workers: int, target, template, train_file
     for i, p in enumerate(procs, start=1):
         p.join()
         if p.exitcode != 0:
-            failed.append(f"worker {i} exited with {p.exitcode}")
+            failed.append(f"worker {i} ({shard_path(work, i)}) exited with {p.exitcode}")
     if failed:
-        raise RuntimeError("data generation failed: " + "; ".join(failed))
+        raise DataWorkerFailed("data generation failed: " + "; ".join(failed)
+                               + " (its error is above; rerun to resume what was written)")
     samples = read_shards(work)
     if workers > 1:
         log(f"[data] {len(samples):,} samples from {workers} workers")

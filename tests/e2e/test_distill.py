@@ -51,3 +51,24 @@ def test_distill_raises_held_out_acceptance(tmp_path: Path):
     # Measured here: 0.02 -> 0.63 (the tiny draft was never trained on its target's habits).
     assert after["acceptance"] >= before["acceptance"] + 0.25, report
     assert after["tokens_per_target_call"] > before["tokens_per_target_call"], report
+
+
+def test_a_data_worker_that_fails_ends_the_command_with_one_line_and_keeps_the_others_samples(tmp_path: Path):
+    """`--gen-workers 2` where worker 1 cannot write its samples file (a folder is in its way):
+    the command says so in one line naming the worker and exits 1; worker 0's samples stay in
+    the work folder for a rerun."""
+    target, draft = tiny_pair()
+    code = write_code(tmp_path / "code", USER_MODULES)
+    work = tmp_path / "work"
+    (work / "samples.1.jsonl").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "distill", "--target", target, "--draft", draft, "--code", str(code),
+         "--out", str(tmp_path / "draft"), "--work", str(work), "--held-out", "0.3", "--max-samples", "16",
+         "--gen-minutes", "30", "--gen-workers", "2", "--gen-batch", "4", "--new-tokens", "8",
+         "--threads", "1", "--seed", "0", "--device", "cpu"],
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("specfill distill: data generation failed: worker 1 (") and "samples.1.jsonl" in last, last
+    assert "IsADirectoryError" in done.stderr          # the worker's own error, above that line
+    assert (work / "samples.jsonl").stat().st_size > 0 and not (tmp_path / "draft").exists()

@@ -266,8 +266,9 @@ class CompletionPipeline:
 
     @staticmethod
     def _stop_check(cur: Cursor, options: CompletionOptions):
-        """The engine asks this after every round: is the answer decided? The same rules as the
-        final cut (`find_cut`), so decoding stops exactly where post-processing would cut."""
+        """The engine asks this after every round, and of a draft model's text at each draft
+        step: is the answer decided? The same rules as the final cut (`find_cut`), so decoding
+        stops exactly where post-processing would cut."""
         def check(text: str) -> TextStop | None:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
             cut = find_cut(text, cur, options.multiline, options.max_lines, options.tab_size, final=False)

@@ -114,7 +114,8 @@ def _ema(current: float | None, measured: float, weight: float = COST_EMA) -> fl
 class DrafterEstimate:
     """What the controller has measured of one way of drafting."""
     prior: float                       # acceptance assumed before anything is measured
-    step_ms: float | None = None       # drafting cost per proposed token (None: not measured yet)
+    step_ms: float | None = None       # drafting cost per proposed token; the draft model's per
+                                       # step after its round's first pass (None: not measured yet)
     begin_ms: float | None = None      # the draft model's prefill for a request (None: not measured yet)
     steps_measured: int = 0            # the draft model's rounds of several steps, which price a step
     evaluated: list[float] = field(default_factory=lambda: [0.0] * MAX_K)
@@ -186,9 +187,8 @@ class DrafterEstimate:
 
 @dataclass
 class VerifyCost:
-    """The cost of one forward pass over w tokens, fitted online to every round's measurement:
-    verify(w) = verify(1) + per_doubling x log2(w) + per_token x (w - 1). The target's verify
-    pass, and the draft model's first pass of a round (DraftController.model_first).
+    """The target's cost of scoring w tokens in one pass, fitted online to every round's
+    measurement: verify(w) = verify(1) + per_doubling x log2(w) + per_token x (w - 1).
 
     The log term is there because the cost is not a line. The shipped target at 460 cached
     tokens on this kind of CPU took 3.8 ms for 1 token, 4.9 for 2, 5.7 for 4, 7.0 for 8 and 8.3
@@ -242,9 +242,50 @@ _LOG2 = [0.0] + [math.log2(w) for w in range(1, 4 * MAX_K + 8)]   # verify width
 
 
 def _log2(width: int) -> float:
-    """log2 of a pass's width, from the table for verify widths (a draft model catching up on a
-    long stretch of lookup rounds computes more)."""
     return _LOG2[width] if width < len(_LOG2) else math.log2(width)
+
+
+@dataclass
+class FirstPassCost:
+    """The draft model's first pass of a round by its width w (it catches up on w - 1 tokens):
+    first(w) = one + per_token x (w - 1), a least-squares line through the measurements, older
+    ones fading by DECAY. Wide passes are rare (a model round after a long run of lookup rounds)
+    and cost several times a narrow one; a clipped online fit like VerifyCost's, whose step is
+    sized by the typical narrow round, learned them far too slowly (a simulated 5 % of rounds at
+    widths 10-40 left width 40 priced at half its cost after 2,000 rounds). A measurement counts
+    as at most MAX_JUMP times the current line (a page fault, another process), where the line
+    was measured: a pass wider than any before is taken as it is."""
+    n: float = 0.0
+    widest: int = 0
+    sum_x: float = 0.0
+    sum_xx: float = 0.0
+    sum_y: float = 0.0
+    sum_xy: float = 0.0
+
+    @property
+    def seen(self) -> bool:
+        return self.n > 0
+
+    def line(self) -> tuple[float, float]:
+        """(one, per_token); the slope is 0 until two widths are measured, and never negative."""
+        if not self.n:
+            return 0.0, 0.0
+        mx, my = self.sum_x / self.n, self.sum_y / self.n
+        var = self.sum_xx / self.n - mx * mx
+        slope = max(0.0, (self.sum_xy / self.n - mx * my) / var) if var > 1e-9 else 0.0
+        return max(0.0, my - slope * mx), slope
+
+    def __call__(self, width: int) -> float:
+        one, per_token = self.line()
+        return one + per_token * (width - 1)
+
+    def record(self, width: int, ms: float) -> None:
+        if self.n and width <= self.widest:
+            ms = min(ms, MAX_JUMP * max(self(width), 1e-6))
+        self.widest = max(self.widest, width)
+        x = width - 1
+        self.n, self.sum_x, self.sum_xx = self.n * DECAY + 1, self.sum_x * DECAY + x, self.sum_xx * DECAY + x * x
+        self.sum_y, self.sum_xy = self.sum_y * DECAY + ms, self.sum_xy * DECAY + x * ms
 
 
 @dataclass
@@ -280,8 +321,8 @@ class DraftController:
     verify: VerifyCost = field(default_factory=VerifyCost)
     # The draft model's first pass of a round, by its width: it catches up on the tokens written
     # since it last ran (DraftWork) and does its text bookkeeping, so it costs more than a step
-    # (measured at end of line with the shipped pair: 1.5-2.9 ms for 2-21 tokens, a step ~1.1).
-    model_first: VerifyCost = field(default_factory=VerifyCost)
+    # (measured at end of line with the shipped pair: 1.4-2.9 ms for 2-21 tokens, a step ~1.1).
+    model_first: FirstPassCost = field(default_factory=FirstPassCost)
     since_model: int = 0     # rounds since each drafter was last used (for probing)
     since_lookup: int = 0
     # rounds without a drafter before the next probe: PROBE_EVERY, doubled after each probe that
@@ -451,6 +492,6 @@ class DraftController:
                 "verify_ms": {"width_1": round(self.verify(1), 3), "per_doubling": round(self.verify.per_doubling_ms, 3),
                               "per_extra_token": round(self.verify.per_token_ms, 3)},
                 "lookup": self.lookup.summary(), "model": self.model.summary(),
-                "model_first_pass_ms": {"width_1": round(self.model_first(1), 3),
-                                        "per_extra_token": round(self.model_first.per_token_ms, 3)},
+                "model_first_pass_ms": dict(zip(("width_1", "per_extra_token"),
+                                                (round(v, 3) for v in self.model_first.line()))),
                 "lookup_by_class": {name: est.summary() for name, est in self.lookup_by_class.items()}}

@@ -210,12 +210,23 @@ class Proposal:
     chains: tuple[list[int], list[int]] = ([], [])
     draft_ms: float = 0.0
     model_work: DraftWork | None = None   # what the draft model's proposal took, when it drafted
+    model_tokens: list[int] = field(default_factory=list)   # ... and all it drafted (before any cut)
     begin_ms: float | None = None   # the draft model's prefill, when this round began it
 
     @property
     def width(self) -> int:
         """Tokens the target scores this round."""
         return len(self.tree.tokens) if self.tree is not None else len(self.cand) + 1
+
+
+def _model_behind(prop: Proposal, accepted: list[int], bonus: int, behind: int) -> int:
+    """The tokens the draft model's next first pass will catch up on (beyond the one it needs
+    anyway) after this round adds accepted + [bonus]. A round it drafted leaves its cache holding
+    what it drafted but the last token, so it lacks what the target wrote otherwise (a tree's
+    lookup path, a rejection); any other round adds all of its tokens."""
+    if prop.model_work is None:
+        return behind + len(accepted) + 1
+    return max(0, len(accepted) - common_prefix_len(accepted + [bonus], prop.model_tokens[:-1]))
 
 
 def _decides(d: Decoding, stop_check: StopCheck | None) -> Callable[[bytes], bool] | None:
@@ -290,13 +301,13 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),
                        lookup_k=_asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
-        prop.model_work = model.work
+        prop.model_work, prop.model_tokens = model.work, model.tokens
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
         cand = cut(draft.tokens[:plan.k]) if plan.drafter == "model" else draft.tokens[:plan.k]
         plan = replace(plan, k=_asked(plan.k, draft.tokens[:plan.k], cand))
-        prop = Proposal(plan, cand, draft, model_work=draft.work)
+        prop = Proposal(plan, cand, draft, model_work=draft.work, model_tokens=draft.tokens)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop
 
@@ -407,8 +418,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 break
             accepted, bonus = _verify(prop, logits, session, settings, gen)
             _record(prop, accepted, (time.perf_counter() - t2) * 1000, stats, memory, settings)
-            # a model round leaves the draft holding what it drafted; the target's token is its next input
-            d.model_behind = 0 if prop.model_work is not None else d.model_behind + len(accepted) + 1
+            d.model_behind = _model_behind(prop, accepted, bonus, d.model_behind)
             stop_reason = _accept(d, accepted + [bonus], stops, target.vocab, settings, stop_check)
     stop_reason = stop_reason or "max_tokens"
 

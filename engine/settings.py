@@ -140,6 +140,7 @@ class TextStop:
     chars: int    # how many characters of the generated text it took to know
 
 
-# Called by the engine with the text generated so far (after each round, and on drafts before
-# they are verified); None while the answer is not decided yet.
+# Called by the engine with the text generated so far (after each round, on drafts before they
+# are verified, and on a draft model's text at each draft step); None while the answer is not
+# decided yet.
 StopCheck = Callable[[str], "TextStop | None"]

@@ -231,7 +231,7 @@ def generate_in_workers(job: DataJob, workers: int, target, template, train_file
             failed.append(f"worker {i} ({shard_path(work, i)}) exited with {p.exitcode}")
     if failed:
         raise DataWorkerFailed("data generation failed: " + "; ".join(failed)
-                               + " (its error is above; rerun to resume what was written)")
+                               + " (see the errors above; rerun to resume what was written)")
     samples = read_shards(work)
     if workers > 1:
         log(f"[data] {len(samples):,} samples from {workers} workers")

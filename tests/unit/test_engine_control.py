@@ -257,7 +257,19 @@ def test_a_draft_models_step_is_priced_by_its_passes_and_its_first_pass_apart():
     c.record(Plan("model", 4, 0.0), 1, 1, 8.0, 5.0, begin_ms=1.0, model_work=work)
     assert c.model.step_ms == pytest.approx(1.0)       # (8 - 5) ms over the 3 passes after the first
     assert c.model_first(21) == pytest.approx(5.0)
-    assert c.model_first(1) < c.model_first(21)
+    c.record(Plan("model", 4, 0.0), 1, 1, 4.0, 5.0, model_work=DraftWork(steps=4, catch_up=0, first_ms=1.0))
+    assert c.model_first(1) == pytest.approx(1.0) and c.model_first(21) == pytest.approx(5.0)   # a line through both
+
+
+def test_the_first_pass_cost_learns_rare_wide_passes():
+    """Most rounds follow a model round (width 1-2); a few follow a long run of lookup rounds."""
+    c = DraftController()
+    cost = lambda w: 1.3 + 0.08 * (w - 1)   # noqa: E731
+    for i in range(400):
+        w = (10, 21, 40)[i // 20 % 3] if i % 20 == 19 else 1 + i % 2
+        c.model_first.record(w, cost(w))
+    for w in (1, 2, 21, 40):
+        assert c.model_first(w) == pytest.approx(cost(w), rel=0.02)
 
 
 def test_a_round_of_one_pass_stands_in_until_steps_are_measured():
@@ -273,6 +285,6 @@ def test_catching_up_on_a_long_stretch_keeps_a_cheap_draft_model_out():
     for _ in range(50):
         c.model.record(8, 8, 8, 0.8)
     c.model_first.record(1, 0.1)
-    c.model_first.one_ms, c.model_first.per_doubling_ms, c.model_first.per_token_ms = 0.1, 0.0, 2.0
+    c.model_first.record(41, 80.1)    # 2 ms a token caught up on
     assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_behind=0).drafter == "model"
     assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_behind=40).drafter == "none"

@@ -4,6 +4,8 @@ vocabulary): drafting stops at the token that decides the answer, and a proposal
 passes and the tokens its first pass caught up on, so the controller prices a step as a step."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine import Engine, EngineConfig
@@ -89,3 +91,38 @@ def test_drafts_that_stop_at_the_deciding_token_keep_the_answer_the_targets(engi
     got = engine.generate(ids, draft_ids, settings, stop_check=after_two_lines)
     assert got.token_ids == want.token_ids and got.stop_reason == "two lines"
     assert got.stats.rounds_by_drafter["model"] >= 2
+
+
+def test_the_controller_plans_with_exactly_the_catch_up_the_draft_then_does():
+    """The shipped target drafting for itself (same vocabulary, so counts are exact) under the
+    controller, lookup beside it: at every round the model drafts, the tokens the plan priced it
+    to catch up on are the tokens its first pass did catch up on: after lookup rounds, after
+    trees whose lookup path won, after rejections. (Its estimates are given by hand, frozen, so
+    that the model drafts often: as its own draft the target costs what it saves.)"""
+    target_dir = Path(__file__).resolve().parents[2] / "engine" / "default_pair" / "target"
+    same = Engine(EngineConfig(target="default", draft=str(target_dir), device="cpu", threads=1))
+    assert same.drafters.model.kind == "model"
+    controller = same.memory.controller
+    controller.verify.record(1, 4.0)
+    controller.model.step_ms, controller.model.begin_ms, controller.frozen = 0.05, 1.0, True
+    planned, done = [], []
+    plan = controller.plan
+
+    def recording_plan(*args):
+        p = plan(*args)
+        planned.append((p.drafter, args[7]))    # model_behind, as plan_round passes it
+        return p
+    controller.plan = recording_plan
+    propose = same.drafters.model.propose
+
+    def recording_propose(*args):
+        draft = propose(*args)
+        done.append(draft.work.catch_up)
+        return draft
+    same.drafters.model.propose = recording_propose
+    text = TEXT + "    return a * b\n\n\ndef div(a, b):\n    return a / b\n\n\ndef mod(a, b):\n"
+    for cut in (len(TEXT), len(text)):
+        same.generate(_ids(same.target, text[:cut]), None, GenerationSettings(max_new_tokens=40))
+    behind = [b for kind, b in planned if kind in ("model", "tree")]
+    assert len(behind) == len(done) >= 3 and any(behind), (planned, done)
+    assert behind == done

@@ -212,7 +212,7 @@ class VerifyCost:
     seen: bool = False
 
     def __call__(self, width: int) -> float:
-        return self.one_ms + self.per_doubling_ms * _log2(width) + self.per_token_ms * (width - 1)
+        return self.one_ms + self.per_doubling_ms * _LOG2[width] + self.per_token_ms * (width - 1)
 
     def widths(self, n: int) -> list[float]:
         """verify(w) for w = 0 .. n - 1, each at least 1e-6 (the plan divides by them)."""
@@ -220,11 +220,11 @@ class VerifyCost:
 
     def record(self, width: int, ms: float) -> None:
         if not self.seen:   # the prior's shape, scaled to this measurement at its width
-            one = ms / (1 + 0.25 * _log2(width) + 0.02 * (width - 1))
+            one = ms / (1 + 0.25 * _LOG2[width] + 0.02 * (width - 1))
             self.one_ms, self.per_doubling_ms, self.per_token_ms = one, 0.25 * one, 0.02 * one
             self.spread_ms, self.seen = 0.1 * one, True
             return
-        x, l = width - 1, _log2(width)
+        x, l = width - 1, _LOG2[width]
         error = ms - self(width)
         # the spread follows the errors, a far one counting as at most SPREAD_CAP spreads; it
         # never falls below SPREAD_FLOOR of the fit, so a steady machine that turns slower
@@ -239,10 +239,6 @@ class VerifyCost:
 
 
 _LOG2 = [0.0] + [math.log2(w) for w in range(1, 4 * MAX_K + 8)]   # verify widths: a tree has two chains
-
-
-def _log2(width: int) -> float:
-    return _LOG2[width] if width < len(_LOG2) else math.log2(width)
 
 
 @dataclass

@@ -209,9 +209,12 @@ class Proposal:
     tree: DraftTree | None = None
     chains: tuple[list[int], list[int]] = ([], [])
     draft_ms: float = 0.0
-    model_work: DraftWork | None = None   # what the draft model's proposal took, when it drafted
-    model_tokens: list[int] = field(default_factory=list)   # ... and all it drafted (before any cut)
+    model_draft: Draft | None = None   # the draft model's proposal as drafted (before any cut), when it drafted
     begin_ms: float | None = None   # the draft model's prefill, when this round began it
+
+    @property
+    def model_work(self) -> DraftWork | None:
+        return self.model_draft.work if self.model_draft is not None else None
 
     @property
     def width(self) -> int:
@@ -226,7 +229,7 @@ def _model_behind(prop: Proposal, accepted: list[int], bonus: int, behind: int) 
     lookup path, a rejection); any other round adds all of its tokens."""
     if prop.model_work is None:
         return behind + len(accepted) + 1
-    return max(0, len(accepted) - common_prefix_len(accepted + [bonus], prop.model_tokens[:-1]))
+    return max(0, len(accepted) - common_prefix_len(accepted + [bonus], prop.model_draft.tokens[:-1]))
 
 
 def _decides(d: Decoding, stop_check: StopCheck | None) -> Callable[[bytes], bool] | None:
@@ -301,13 +304,13 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),
                        lookup_k=_asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
-        prop.model_work, prop.model_tokens = model.work, model.tokens
+        prop.model_draft = model
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
         cand = cut(draft.tokens[:plan.k]) if plan.drafter == "model" else draft.tokens[:plan.k]
         plan = replace(plan, k=_asked(plan.k, draft.tokens[:plan.k], cand))
-        prop = Proposal(plan, cand, draft, model_work=draft.work, model_tokens=draft.tokens)
+        prop = Proposal(plan, cand, draft, model_draft=draft if draft.work is not None else None)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop
 

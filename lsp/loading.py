@@ -129,8 +129,8 @@ def _load_failed(ls: SpecfillServer, exc: BaseException, what: str, token: Optio
     else:
         log.error("loading models failed", exc_info=exc)
         reason = f"{type(exc).__name__}: {exc}"
-    _end_progress(ls, token, f"failed: {reason}")
     if generation != state.load_generation:
+        _end_progress(ls, token, f"failed: {reason}")
         return
     state.loading = False
     previous = state.backend.settings if state.backend else None
@@ -144,3 +144,5 @@ def _load_failed(ls: SpecfillServer, exc: BaseException, what: str, token: Optio
         state.wanted_key = None
         show(ls, f"could not load {what}: {reason}; no completions until a model loads "
                  "(fix targetModel/draftModel or run specfill.reload)")
+    # After the message: a client that waits for the load's end has the message by then.
+    _end_progress(ls, token, f"failed: {reason}")

@@ -10,7 +10,9 @@ grows a sequence (a 480-token window, a proposal of up to 16 tokens at each posi
 times the whole `propose` and its two searches, each engine on its own drafter and its own
 copy of the shipped datastore (the datastore keeps what it voted, so each starts empty and the
 walk meets each position once). The two engines take turns file by file; figures are medians
-over reps of the mean per call. Every proposal is checked equal across the engines.
+over reps of the mean per call. The proposals are compared across the engines: equal where
+both commits choose between the text's match and the store's alike (since the session of
+2026-12-01 evening the store's proposal is taken only where its match is the longer).
 """
 from __future__ import annotations
 

@@ -20,16 +20,12 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .control import DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE
-from .datastore import Datastore
+from .datastore import MAX_MATCH as STORE_MAX_MATCH, Datastore
 from .drafters import Draft
 
 # A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
 # on, the first proposed token is right ~96-100% of the time, against ~30% after 1-4).
 MAX_MATCH = 32
-# A proposal from the text that matched this many tokens or more is taken over the datastore's
-# (offline, on held-out editor positions: such a copy from the prompt gave 4.7 tokens a round at
-# its best length, one from the datastore after 4-11 matched ids 1.9-2.5, after 12+ 5.4).
-TRUSTED_TEXT_MATCH = 6
 
 # Blocks are looked up by the sequence's last KEY_NGRAM ids: an occurrence in the documents
 # must match at least that many. Measured with the shipped pair at end-of-line positions of
@@ -290,9 +286,13 @@ class NgramDrafter:
     the last few completions (`remember`: what was just suggested is often what gets typed and
     asked for again), then the blocks of the texts given by `read` (the document beyond the
     prompt, other open documents), where an occurrence must match KEY_NGRAM ids or more. The
-    proposal that matched the most tokens before it wins; the nearer one among equals. Below
-    TRUSTED_TEXT_MATCH matched tokens, the `datastore` of the target's own answers
-    (engine/datastore.py), when there is one, proposes instead where it has a match."""
+    proposal that matched the most tokens before it wins; the nearer one among equals. The
+    `datastore` of the target's own answers (engine/datastore.py), when there is one, proposes
+    instead where its match is longer than the text's: on ties the text wins, as a copy from
+    the request's own text is right more often than a stored answer after a run of the same
+    length (measured against the earlier rule, the store wherever the text matched fewer than 6
+    tokens: more tokens of each proposal written by the target on every workload; README, "The
+    target's own answers as a drafter")."""
     kind = "ngram"
     draft_calls = 0
 
@@ -356,9 +356,9 @@ class NgramDrafter:
             far = self.corpus.find(seq, k, found.match if found else 0, self.special_ids)
             if far is not None:
                 found = far
-        if self.datastore is not None and k > 0 and (found is None or found.match < TRUSTED_TEXT_MATCH):
+        if self.datastore is not None and k > 0 and (found is None or found.match < STORE_MAX_MATCH):
             stored = self.datastore.find(seq, k, self.special_ids)
-            if stored is not None:
+            if stored is not None and (found is None or stored.match > found.match):
                 found = stored
         if found is None:
             self._last = None

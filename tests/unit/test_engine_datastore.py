@@ -113,20 +113,22 @@ def test_setting_names_a_file(tmp_path):
         resolve(str(tmp_path / "missing.npz"), None)
 
 
-def test_lookup_asks_the_datastore_below_a_trusted_text_match(tmp_path):
-    from engine.lookup import TRUSTED_TEXT_MATCH, NgramDrafter
+def test_lookup_takes_the_datastore_where_its_match_is_longer_than_the_texts(tmp_path):
+    from engine.lookup import NgramDrafter
 
     store = build(tmp_path, [([], [1, 2, 3, 4, 5, 6])])
     lookup = NgramDrafter(datastore=store)
     lookup.read()
     # the prompt holds no earlier 3: the datastore's proposal
     got = lookup.propose([0, 0, 3], [], 3, None)
-    assert (got.tokens, got.source) == ([4, 5, 6], "datastore")
-    # a copy from the prompt that matched TRUSTED_TEXT_MATCH tokens wins over it
-    run = [7, 6, 5, 0, 1, 0, 3][:TRUSTED_TEXT_MATCH] + [2]
-    got = lookup.propose(run + [0] + run, [], 3, None)
-    assert got.source == "prompt" and got.match >= TRUSTED_TEXT_MATCH
-    assert lookup.summary()["proposed"] == {"datastore": 1, "prompt": 1}
+    assert (got.tokens, got.source, got.match) == ([4, 5, 6], "datastore", 1)
+    # the text and the store both matched "2 3": a tie goes to the text
+    got = lookup.propose([1, 2, 3, 9, 8, 0, 2, 3], [], 3, None)
+    assert (got.tokens, got.source, got.match) == ([9, 8, 0], "prompt", 2)
+    # the store matched "1 2 3", the text only "2 3": the store's
+    got = lookup.propose([7, 2, 3, 9, 8, 1, 2, 3], [], 3, None)
+    assert (got.tokens, got.source, got.match) == ([4, 5, 6], "datastore", 3)
+    assert lookup.summary()["proposed"] == {"datastore": 2, "prompt": 1}
 
 
 def test_the_store_is_loaded_only_where_prompt_lookup_runs():

@@ -16,6 +16,8 @@ mean over proposals:
   longer match   the store only where its match is the longer (engine/lookup.py now)
   best of both   the better candidate each time: what verifying both chains as a tree could
                  reach at most
+and how many proposals had both candidates, and of those how many differed at their first token
+(where a tree of the two would branch at its root).
 The decoding itself is the engine's as shipped (its choices set which positions are visited).
 """
 from __future__ import annotations
@@ -67,10 +69,11 @@ class Recorder:
 
         drafter.propose = recording
 
-    def tally(self) -> tuple[int, dict[str, int]]:
-        """Proposals, and tokens the target wrote by rule, over the requests recorded; a
-        request's truth is the longest sequence it proposed after."""
-        n, total = 0, dict.fromkeys(RULES, 0)
+    def tally(self) -> tuple[int, dict[str, int], tuple[int, int]]:
+        """Proposals, tokens the target wrote by rule, and (proposals with both candidates, of
+        those differing at the first token), over the requests recorded; a request's truth is the
+        longest sequence it proposed after."""
+        n, total, both, differ = 0, dict.fromkeys(RULES, 0), 0, 0
         for request in self.requests:
             if not request:
                 continue
@@ -81,7 +84,10 @@ class Recorder:
                     n += 1
                     for rule, v in scores(text, stored, truth).items():
                         total[rule] += v
-        return n, total
+                    if text and stored:
+                        both += 1
+                        differ += text.tokens[0] != stored.tokens[0]
+        return n, total, (both, differ)
 
 
 def main(argv=None) -> int:
@@ -112,11 +118,12 @@ def main(argv=None) -> int:
         recorder.requests.append([])
         loaded.pipeline.complete(completion_request(uri, text, line, character), options, cancel=threading.Event())
 
-    print(f"{'workload':16} {'proposals':>9}  " + "  ".join(f"{r:>12}" for r in RULES))
+    print(f"{'workload':16} {'proposals':>9}  " + "  ".join(f"{r:>12}" for r in RULES) + f"  {'both':>6} {'differ':>6}")
 
     def report(workload: str) -> None:
-        n, total = recorder.tally()
-        print(f"{workload:16} {n:9d}  " + "  ".join(f"{total[r] / max(1, n):12.2f}" for r in RULES), flush=True)
+        n, total, (both, differ) = recorder.tally()
+        print(f"{workload:16} {n:9d}  " + "  ".join(f"{total[r] / max(1, n):12.2f}" for r in RULES)
+              + f"  {both:6d} {differ:6d}", flush=True)
         recorder.requests.clear()
 
     vocab = engine.target.vocab

@@ -8,8 +8,9 @@ at), cached by the block's text (`BlockIndex`), so a keystroke re-tokenizes only
 touched. Each round looks the sequence's last KEY_NGRAM ids up in every block of the request
 (`Corpus`) and keeps the occurrence that matches the most tokens before them: the match length,
 and whether the copy comes from the documents, tell the controller how far to trust a proposal
-(engine/control.py keeps an estimate per class). Where the text offers no long match, a
-datastore of what the target wrote elsewhere proposes (engine/datastore.py).
+(engine/control.py keeps an estimate per class). Where a datastore of what the target wrote
+elsewhere (engine/datastore.py) matches more ids before its proposal than the text did, it
+proposes instead.
 """
 from __future__ import annotations
 

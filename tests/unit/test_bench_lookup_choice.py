@@ -28,8 +28,9 @@ def test_a_quick_run_prints_every_workload(capsys):
     assert code == 0, err
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:]}
     assert list(rows) == ["generate", "end-of-line", "replay", "replay-append"]
-    for workload, (proposals, *means) in rows.items():
+    for workload, (proposals, *means, both, differ) in rows.items():
         assert int(proposals) > 0, workload
+        assert 0 <= int(differ) <= int(both) <= int(proposals), workload
         by_rule = dict(zip(lookup_choice.RULES, map(float, means)))
         assert by_rule["best of both"] >= max(v for r, v in by_rule.items() if r != "best of both"), workload
         assert by_rule["best of both"] > 0, workload

@@ -7,7 +7,7 @@ before it were, yields E = 1 + p_1 + p_1 p_2 + ... + p_1...p_k new tokens (with 
 (1 - a^(k+1)) / (1 - a)), and costs k draft steps + verify(k + 1) + the engine's own overhead per
 round. Without a draft a token costs verify(1) + that overhead. For a configuration:
 
-- rounds: as it ran them, by drafter (none / lookup / model / tree); k = its mean drafted tokens
+- rounds: as it ran them, by drafter (none / lookup / model / tree / pair); k = its mean drafted tokens
   per drafting round;
 - p_i: the controller's per-position acceptance estimates of that drafter (averaged over calls,
   weighted by the drafter's rounds), or, where the configuration has no controller (the old
@@ -29,7 +29,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-CHAINS = ("lookup", "model")   # drafters the controller keeps per-position estimates for
+CHAINS = ("lookup", "model", "lookup_other")   # chains the controller keeps per-position estimates for
+# the chains a round of each kind verifies (a pair: lookup's two proposals)
+USES = {"lookup": ("lookup",), "model": ("model",), "tree": ("lookup", "model"), "pair": ("lookup", "lookup_other")}
 
 
 @dataclass
@@ -123,7 +125,7 @@ def tree_tokens(lookup: list[float], model: list[float], k_lookup: float, k_mode
 def _ran(s: dict, drafter: str) -> int:
     """Rounds of one call that used `drafter` (a tree round uses both chains)."""
     by = s.get("rounds_by_drafter") or {}
-    return by.get(drafter, 0) + by.get("tree", 0)
+    return sum(n for kind, n in by.items() if drafter in USES.get(kind, ()))
 
 
 def controller_acceptance(calls: list[dict], drafter: str) -> list[float] | None:
@@ -224,7 +226,7 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
         return None, False
     a = t.acceptance or 0.0
     p = {d: measured_acceptance(calls, d) or controller_acceptance(calls, d) for d in CHAINS}
-    flat = any(n and k != "none" and p.get(k if k != "tree" else "model") is None
+    flat = any(n and k != "none" and any(p.get(c) is None for c in USES.get(k, (k,)))
                for k, n in t.rounds_by_drafter.items())
     p = {d: v if v is not None else [a] for d, v in p.items()}
     k = t.mean_k
@@ -243,6 +245,9 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
         elif kind == "tree":   # the round's nodes split evenly between the two chains
             e = tree_tokens(p["lookup"], p["model"], k / 2, k / 2)
             cost = first_extra + k / 2 * costs.step.get("model", fallback_step) + costs.verify(k + 1)
+        elif kind == "pair":   # the same split; the two differ at the first token, so their tokens add up
+            e = expected_tokens(p["lookup"], k / 2) + expected_tokens(p["lookup_other"], k / 2) - 1
+            cost = costs.verify(k + 1)
         else:
             e = expected_tokens(p.get(kind, [a]), k)
             cost = (first_extra if kind == "model" else 0.0) + k * costs.step.get(kind, fallback_step) \

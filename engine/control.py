@@ -11,7 +11,8 @@ the first pass of each of its rounds, which catches up on the tokens written sin
 and for the target the cost of verifying w tokens; each round it compares "no draft" (1 token for
 verify(1)), every k of the draft model, and the prompt lookup's proposal cut to every length,
 and, where both lookup and the model can draft, a tree of both chains verified in one target
-pass (engine/tree.py), and takes the best rate. A tree of a lookup chain of kl tokens and a model
+pass (engine/tree.py), and where prompt lookup has two proposals that differ at once, both as a
+tree (OTHER_PRIOR), and takes the best rate. A tree of a lookup chain of kl tokens and a model
 chain of km yields 1 + sum over depths i of P(some chain holds to depth i); with L_i and M_i the
 chains' products p_1...p_i and the two taken as independent, that is
 E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the model's km steps plus
@@ -67,6 +68,14 @@ DOCUMENT_SOURCES = (DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE)                # (en
 DATASTORE_SOURCE = "datastore"
 DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
                      ("datastore 8-15", 8, 0.75), ("datastore 16+", 16, 0.9))
+# When prompt lookup has two proposals that differ at their first token (the text's copy and the
+# datastore's, engine/lookup.py: `Draft.other`), the one it left can be verified beside the one
+# it took, as a tree: at most one of them is right at the first token, so the tree yields
+# 1 + sum of the taken chain's products + sum of the other's. The other's acceptance is kept
+# apart (`lookup_other`), from such rounds only: given that the two disagree, it is not the
+# acceptance of its class. Its prior is what bench/lookup_choice.py measured on the shipped pair:
+# the left proposal was right at its first token in about a third of those disagreements.
+OTHER_PRIOR = 0.3
 
 
 def lookup_class(match: int, source: str = "") -> str | None:
@@ -286,10 +295,12 @@ class FirstPassCost:
 
 @dataclass
 class Plan:
-    drafter: str      # "none", "lookup", "model" or "tree" (lookup and model in one pass)
+    drafter: str      # "none", "lookup", "model", "tree" (lookup and model in one pass) or
+                      # "pair" (both of lookup's proposals in one pass)
     k: int            # tokens to draft (the lookup's proposal is cut to k; a tree's model chain)
     expected_rate: float   # expected new tokens per ms (0 before any cost is known)
     lookup_k: int = 0      # a tree's lookup chain
+    other_k: int = 0       # a pair's other chain (the proposal lookup left)
     lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
     lookup_source: str = ""  # ... found there (Draft.source)
     probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
@@ -313,6 +324,8 @@ class DraftController:
     lookup_by_class: dict = field(default_factory=lambda: {
         name: DrafterEstimate(prior=prior, step_ms=0.0)
         for name, prior in (*((n, p) for n, _, p in (*LOOKUP_CLASSES, *DATASTORE_CLASSES)), DOCUMENT_CLASS)})
+    # lookup's other proposal, in pair rounds (OTHER_PRIOR)
+    lookup_other: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=OTHER_PRIOR, step_ms=0.0))
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6))
     verify: VerifyCost = field(default_factory=VerifyCost)
     # The draft model's first pass of a round, by its width: it catches up on the tokens written
@@ -321,11 +334,14 @@ class DraftController:
     model_first: FirstPassCost = field(default_factory=FirstPassCost)
     since_model: int = 0     # rounds since each drafter was last used (for probing)
     since_lookup: int = 0
+    since_pair: int = 0      # ... and since lookup's two proposals were last verified together
     # rounds without a drafter before the next probe: PROBE_EVERY, doubled after each probe that
     # did not win the drafter its place back, reset once the drafter is chosen on its merits
-    probe_every: dict = field(default_factory=lambda: {"model": PROBE_EVERY, "lookup": PROBE_EVERY})
+    probe_every: dict = field(default_factory=lambda: {"model": PROBE_EVERY, "lookup": PROBE_EVERY,
+                                                       "pair": PROBE_EVERY})
     rounds: int = 0          # rounds measured, over all requests
-    rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
+    rounds_by_kind: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0,
+                                                          "pair": 0})
     frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
 
     def lookup_estimate(self, match: int, source: str = "") -> DrafterEstimate:
@@ -336,19 +352,21 @@ class DraftController:
 
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
              tree_ok: bool = False, lookup_match: int = 0, lookup_source: str = "",
-             model_behind: int = 0) -> Plan:
+             model_behind: int = 0, other_tokens: int = 0) -> Plan:
         """The best round given a lookup proposal of `lookup_tokens` (0: none) found in
         `lookup_source` after `lookup_match` matched tokens, whether a draft model is there,
         whether it has already begun this request (else its prefill is part of this round's
         cost), how many tokens were written since it last ran (it catches up on them first),
-        and whether the target can verify a tree."""
+        whether the target can verify a tree, and the length of lookup's other proposal (0:
+        none; it differs from the first at its first token)."""
         plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok,
-                          self.lookup_estimate(lookup_match, lookup_source), model_behind)
+                          self.lookup_estimate(lookup_match, lookup_source), model_behind,
+                          other_tokens if tree_ok else 0)
         plan.lookup_match, plan.lookup_source = lookup_match, lookup_source
         return plan
 
     def _plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool, tree_ok: bool,
-              lookup_est: DrafterEstimate, model_behind: int) -> Plan:
+              lookup_est: DrafterEstimate, model_behind: int, other_tokens: int) -> Plan:
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
@@ -370,6 +388,9 @@ class DraftController:
         best_lookup = Plan("lookup", best_k, best_rate) if best_k else None
         if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
             best = best_lookup
+        best_pair = self._best_pair(l_sums, min(other_tokens, max_k), verify) if lookup_k and other_tokens else None
+        if best_pair is not None and best_pair.expected_rate > best.expected_rate:
+            best = best_pair
         best_model = None
         if has_model:
             step = self.model.step_ms
@@ -396,7 +417,30 @@ class DraftController:
         if best_model is not None and best.drafter not in ("model", "tree") \
                 and self.since_model >= self.probe_every["model"]:
             best = replace(best_model, probe=True)
+        elif best_pair is not None and best.drafter != "pair" and self.since_pair >= self.probe_every["pair"]:
+            best = replace(best_pair, probe=True)
         return best
+
+    def _best_pair(self, l_sums: list[float], other_k: int, verify: list[float]) -> Plan:
+        """The best pair of lookup's two proposals (the taken one's cumulative sums `l_sums`,
+        the other one up to `other_k` tokens): they differ at the first token, so the expected
+        tokens add up (OTHER_PRIOR), at the cost of one pass of both chains' width."""
+        o_sums, _ = _cumulative(self.lookup_other, other_k)
+        best_rate, best_k, best_other = 0.0, 0, 0
+        rows_fell = 0    # as in _best_tree: a row, and the rows, stop a few steps past their best
+        for k in range(1, len(l_sums)):
+            row_best, row_other, fell = 0.0, 0, 0
+            for other in range(1, other_k + 1):
+                rate = (1 + l_sums[k] + o_sums[other]) / verify[1 + k + other]
+                if rate > row_best:
+                    row_best, row_other, fell = rate, other, 0
+                elif (fell := fell + 1) >= 3:
+                    break
+            if row_best > best_rate:
+                best_rate, best_k, best_other, rows_fell = row_best, k, row_other, 0
+            elif (rows_fell := rows_fell + 1) >= 3:
+                break
+        return Plan("pair", best_k, best_rate, other_k=best_other)
 
     def _best_tree(self, lookup, model, verify: list[float], begin: float) -> Plan:
         """The best tree of a lookup chain and a model chain (see the module's formula) from
@@ -463,6 +507,17 @@ class DraftController:
         self.model.record(plan.k, *model, draft_ms, model_work)
         self._record_first(model_work)
 
+    def record_pair(self, plan: Plan, taken: tuple[int, int], other: tuple[int, int], width: int,
+                    verify_ms: float) -> None:
+        """What a pair round gave: (drafted, accepted) of the proposal lookup took and of the one
+        it left, and the width verified."""
+        self._count(plan)
+        if self.frozen:
+            return
+        self.verify.record(width, verify_ms)
+        self._record_lookup(plan, plan.k, *taken, 0.0)
+        self.lookup_other.record(plan.other_k, *other, 0.0)
+
     def _record_first(self, work: DraftWork | None) -> None:
         if work is not None and work.steps:
             self.model_first.record(work.catch_up + 1, work.first_ms)
@@ -476,18 +531,21 @@ class DraftController:
     def _count(self, plan: Plan) -> None:
         self.rounds += 1
         self.rounds_by_kind[plan.drafter] += 1
-        for kind in ("model", "lookup"):
-            if plan.drafter in (kind, "tree"):
-                self.probe_every[kind] = min(MAX_PROBE_EVERY, 2 * self.probe_every[kind]) if plan.probe else PROBE_EVERY
-        self.since_model = 0 if plan.drafter in ("model", "tree") else self.since_model + 1
-        self.since_lookup = 0 if plan.drafter in ("lookup", "tree") else self.since_lookup + 1
+        used = {"none": (), "lookup": ("lookup",), "model": ("model",), "tree": ("lookup", "model"),
+                "pair": ("lookup", "pair")}[plan.drafter]
+        for kind in used:
+            self.probe_every[kind] = min(MAX_PROBE_EVERY, 2 * self.probe_every[kind]) if plan.probe else PROBE_EVERY
+        self.since_model = 0 if "model" in used else self.since_model + 1
+        self.since_lookup = 0 if "lookup" in used else self.since_lookup + 1
+        self.since_pair = 0 if "pair" in used else self.since_pair + 1
 
     def summary(self) -> dict:
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
                 "probe_every": dict(self.probe_every),
                 "verify_ms": {"width_1": round(self.verify(1), 3), "per_doubling": round(self.verify.per_doubling_ms, 3),
                               "per_extra_token": round(self.verify.per_token_ms, 3)},
-                "lookup": self.lookup.summary(), "model": self.model.summary(),
+                "lookup": self.lookup.summary(), "lookup_other": self.lookup_other.summary(),
+                "model": self.model.summary(),
                 "model_first_pass_ms": dict(zip(("width_1", "per_extra_token"),
                                                 (round(v, 3) for v in self.model_first.line()))),
                 "lookup_by_class": {name: est.summary() for name, est in self.lookup_by_class.items()}}

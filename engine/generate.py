@@ -3,8 +3,9 @@
 One round: a drafter proposes k target ids, the target scores [last, *candidates] in ONE
 forward pass, the verification rule accepts a prefix and adds the target's own next token.
 When prompt lookup and the draft model both draft, their two chains form a tree below `last`
-(engine/tree.py) that the target scores in one pass too, and the round walks down it.
-Which drafter (prompt lookup, the draft model, both as a tree, or none) and how many tokens is
+(engine/tree.py) that the target scores in one pass too, and the round walks down it; so do
+lookup's two proposals (the text's copy and the datastore's) where they differ (a "pair").
+Which drafter (prompt lookup, the draft model, a tree of two chains, or none) and how many tokens is
 decided each round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
 auto`, the old +2/-1 heuristic when asked for, or a fixed number.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round
@@ -62,7 +63,8 @@ class DraftMemory:
 
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
                lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False,
-               lookup_match: int = 0, lookup_source: str = "", model_behind: int = 0) -> Plan:
+               lookup_match: int = 0, lookup_source: str = "", model_behind: int = 0,
+               other_tokens: int = 0) -> Plan:
     """Which drafter drafts this round, and how many tokens (trees only under the controller)."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
@@ -77,7 +79,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
             return Plan("model", k, 0.0)
         return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
     return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok,
-                                  lookup_match, lookup_source, model_behind)
+                                  lookup_match, lookup_source, model_behind, other_tokens)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -149,8 +151,10 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     stats.tree_passes += prop.tree is not None
     if prop.model_work is not None:
         stats.draft_first_ms += prop.model_work.first_ms
-    if plan.drafter == "tree":
-        for name, chain, asked in (("lookup", prop.chains[0], plan.lookup_k), ("model", prop.chains[1], plan.k)):
+    if plan.drafter in ("tree", "pair"):
+        kinds = ("lookup", "model") if plan.drafter == "tree" else ("lookup", "lookup_other")
+        asks = (plan.lookup_k, plan.k) if plan.drafter == "tree" else (plan.k, plan.other_k)
+        for name, chain, asked in zip(kinds, prop.chains, asks):
             stats.count_positions(name, asked, common_prefix_len(accepted, chain))
     elif plan.drafter != "none":
         stats.count_positions(plan.drafter, plan.k, n)
@@ -158,10 +162,13 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
         return
     if settings.draft_control == "heuristic":
         memory.heuristic.update(len(prop.cand), n)
-    elif plan.drafter == "tree":
-        lookup, model = ((len(c), common_prefix_len(accepted, c)) for c in prop.chains)
-        memory.controller.record_tree(plan, lookup, model, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
-                                      model_work=prop.model_work)
+    elif plan.drafter in ("tree", "pair"):
+        first, second = ((len(c), common_prefix_len(accepted, c)) for c in prop.chains)
+        if plan.drafter == "pair":
+            memory.controller.record_pair(plan, first, second, prop.width, verify_ms)
+        else:
+            memory.controller.record_tree(plan, first, second, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
+                                          model_work=prop.model_work)
     else:
         memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms,
                                  model_work=prop.model_work)
@@ -202,7 +209,8 @@ class Decoding:
 @dataclass
 class Proposal:
     """What a round puts to the target: a chain (`cand`, verified with the draft's q when it has
-    one) or a tree of the lookup's and the model's chains (`tree`, with `chains` as drafted)."""
+    one) or a tree of two chains (`tree`, with `chains` as drafted): the lookup's and the
+    model's, or lookup's two proposals (the one taken first)."""
     plan: Plan
     cand: list[int]
     draft: Draft = field(default_factory=lambda: Draft([]))
@@ -282,8 +290,9 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     # Cut before the plan: a proposal that runs past where the answer is decided (a one-line
     # answer's line end) is priced for the tokens that can count.
     lookup = cut(found.tokens)
+    other = cut(found.other.tokens) if found.other is not None else []
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match,
-                      found.source, d.model_behind)
+                      found.source, d.model_behind, len(other))
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
     # cost (counted in draft_ms, from which the controller learns a draft step's price).
     t1 = time.perf_counter()
@@ -298,7 +307,10 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         if d.drafters.model is None:
             plan = replace(plan, drafter="lookup", k=plan.lookup_k, lookup_k=0) \
                 if plan.drafter == "tree" else Plan("none", 0, 0.0)
-    if plan.drafter == "tree":
+    if plan.drafter == "pair":    # lookup's two proposals differ at their first token: the tree branches there
+        chains = (lookup[:plan.k], other[:plan.other_k])
+        prop = Proposal(plan, [], tree=build_tree(d.seq[-1], list(chains)), chains=chains)
+    elif plan.drafter == "tree":
         model = _model_draft(d, plan.k, sampling)
         chain_l, chain_m = lookup[:plan.lookup_k], cut(model.tokens[:plan.k])
         plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from .control import DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE
@@ -359,8 +359,10 @@ class NgramDrafter:
                 found = far
         if self.datastore is not None and k > 0 and (found is None or found.match < STORE_MAX_MATCH):
             stored = self.datastore.find(seq, k, self.special_ids)
-            if stored is not None and (found is None or stored.match > found.match):
-                found = stored
+            if stored is not None:
+                taken, left = (stored, found) if found is None or stored.match > found.match else (found, stored)
+                # the one left may be verified beside it (a "pair" round), where they disagree at once
+                found = replace(taken, other=left) if left is not None and left.tokens[0] != taken.tokens[0] else taken
         if found is None:
             self._last = None
             return Draft([])

@@ -71,7 +71,7 @@ class GenerationStats:
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
     final_draft_length: int = 0    # the heuristic's k after the call (0 under the controller)
-    rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0})
+    rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0, "pair": 0})
     controller: dict = field(default_factory=dict)   # the controller's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
     first_from_prefill: int = 0  # 1 when the answer's first token came from the prefill pass (not a round)

@@ -128,7 +128,7 @@ def test_controller_stops_drafting_with_a_draft_that_never_agrees(engines):
     useless = ModelDrafter(KVPool(tiny_model("llama", len(target.tokenizer), seed=7), 2, 1024))
     drafters, memory = Drafters(model=useless), DraftMemory()
     settings = GenerationSettings(max_new_tokens=MAX_NEW)
-    rounds = {"none": 0, "lookup": 0, "model": 0, "tree": 0}
+    rounds = {"none": 0, "lookup": 0, "model": 0, "tree": 0, "pair": 0}
     for prompt in PROMPTS[:12]:
         t_ids = _ids(target, prompt)
         got = speculative_generate(target, KVPool(target.model, 2, 1024), drafters, t_ids, settings, memory)

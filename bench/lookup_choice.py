@@ -14,6 +14,8 @@ mean over proposals:
   store < 6      the store wherever the text matched fewer than 6 tokens (the rule until
                  2026-12-01 evening)
   longer match   the store only where its match is the longer (engine/lookup.py now)
+  best if they differ   the better one where the two differ at their first token, else the
+                 longer match: what a pair round (engine/generate.py) can reach at most
   best of both   the better candidate each time: what verifying both chains as a tree could
                  reach at most
 and how many proposals had both candidates, and of those how many differed at their first token
@@ -29,7 +31,7 @@ from bench.common import DEFAULT_FILES, bench_parser, held_out_prompts
 from lsp.arguments import number
 
 PROG = "python -m bench.lookup_choice"
-RULES = ("text", "store", "store < 6", "longer match", "best of both")
+RULES = ("text", "store", "store < 6", "longer match", "best if differ", "best of both")
 
 
 def _written(tokens: list[int], truth: list[int]) -> int:
@@ -43,9 +45,11 @@ def scores(text, stored, truth: list[int]) -> dict[str, int]:
     """Tokens the target wrote of the candidate each rule takes (a candidate is a Draft or None)."""
     t = _written(text.tokens, truth) if text else 0
     s = _written(stored.tokens, truth) if stored else 0
+    longer = s if stored and (text is None or stored.match > text.match) else t
+    differ = bool(text and stored and text.tokens[0] != stored.tokens[0])
     return {"text": t if text else s, "store": s if stored else t,
             "store < 6": s if stored and (text is None or text.match < 6) else t,
-            "longer match": s if stored and (text is None or stored.match > text.match) else t,
+            "longer match": longer, "best if differ": max(t, s) if differ else longer,
             "best of both": max(t, s)}
 
 

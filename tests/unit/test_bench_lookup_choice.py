@@ -12,10 +12,13 @@ def test_each_rule_takes_its_candidate():
     text = Draft([1, 2, 9], match=4, source="prompt")        # 2 of its tokens written
     stored = Draft([1, 2, 3, 4], match=5, source="datastore")  # 4 written
     assert lookup_choice.scores(text, stored, truth) == {
-        "text": 2, "store": 4, "store < 6": 4, "longer match": 4, "best of both": 4}
+        "text": 2, "store": 4, "store < 6": 4, "longer match": 4, "best if differ": 4, "best of both": 4}
     long_text = Draft([1, 2, 9], match=7, source="prompt")
+    # they start alike ("1 2"): a pair would not branch at the root, only the best of both wins
     assert lookup_choice.scores(long_text, stored, truth) == {
-        "text": 2, "store": 4, "store < 6": 2, "longer match": 2, "best of both": 4}
+        "text": 2, "store": 4, "store < 6": 2, "longer match": 2, "best if differ": 2, "best of both": 4}
+    other_start = Draft([9, 9], match=7, source="prompt")
+    assert lookup_choice.scores(other_start, stored, truth)["best if differ"] == 4
     tie = Draft([1, 2, 9], match=5, source="prompt")
     assert lookup_choice.scores(tie, stored, truth)["longer match"] == 2     # a tie goes to the text
     # one candidate only: every rule takes it

@@ -77,6 +77,9 @@ DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
 # benchmark suite's servers measured 0.06-0.12 on the shipped pair (README, "The target's own
 # answers as a drafter").
 OTHER_PRIOR = 0.3
+# What a round of each kind measures again, for probing (DraftController.probe_every)
+_PROBED_BY_KIND = {"none": (), "lookup": ("lookup",), "model": ("model",), "tree": ("lookup", "model"),
+                   "pair": ("lookup", "pair")}
 
 
 def lookup_class(match: int, source: str = "") -> str | None:
@@ -532,8 +535,7 @@ class DraftController:
     def _count(self, plan: Plan) -> None:
         self.rounds += 1
         self.rounds_by_kind[plan.drafter] += 1
-        used = {"none": (), "lookup": ("lookup",), "model": ("model",), "tree": ("lookup", "model"),
-                "pair": ("lookup", "pair")}[plan.drafter]
+        used = _PROBED_BY_KIND[plan.drafter]
         for kind in used:
             self.probe_every[kind] = min(MAX_PROBE_EVERY, 2 * self.probe_every[kind]) if plan.probe else PROBE_EVERY
         self.since_model = 0 if "model" in used else self.since_model + 1

@@ -28,7 +28,7 @@ class Draft:
     match: int = 0   # prompt lookup: how many tokens before the proposal matched (capped at lookup.MAX_MATCH)
     source: str = ""  # prompt lookup: where it was found ("prompt", "completions", "document", "open documents")
     work: DraftWork | None = None   # a draft model: what this proposal took (the controller prices steps by it)
-    other: "Draft | None" = None    # prompt lookup: the proposal it left (the text's or the datastore's),
+    other: Draft | None = None      # prompt lookup: the proposal it left (the text's or the datastore's),
                                     # when it had two that differ at their first token
 
 

@@ -152,10 +152,10 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     if prop.model_work is not None:
         stats.draft_first_ms += prop.model_work.first_ms
     if plan.drafter in ("tree", "pair"):
-        kinds = ("lookup", "model") if plan.drafter == "tree" else ("lookup", "lookup_other")
-        asks = (plan.lookup_k, plan.k) if plan.drafter == "tree" else (plan.k, plan.other_k)
-        for name, chain, asked in zip(kinds, prop.chains, asks):
-            stats.count_positions(name, asked, common_prefix_len(accepted, chain))
+        asked = (("lookup", plan.lookup_k), ("model", plan.k)) if plan.drafter == "tree" \
+            else (("lookup", plan.k), ("lookup_other", plan.other_k))
+        for (name, k), chain in zip(asked, prop.chains):
+            stats.count_positions(name, k, common_prefix_len(accepted, chain))
     elif plan.drafter != "none":
         stats.count_positions(plan.drafter, plan.k, n)
     if settings.draft_length != "auto":
@@ -249,11 +249,14 @@ def _decides(d: Decoding, stop_check: StopCheck | None) -> Callable[[bytes], boo
 
 
 def _cut_at_stop(cand: list[int], d: Decoding, vocab, stop_check: StopCheck | None,
-                 stats: GenerationStats) -> list[int]:
+                 stats: GenerationStats | None) -> list[int]:
+    """`cand` cut before the token that decides the answer; the tokens cut count in `stats`
+    (None: the caller counts them once it knows the chain is drafted)."""
     if stop_check is None or not cand:
         return cand
     trimmed = _trim_past_stop(cand, d.gen_bytes, vocab, stop_check)
-    stats.draft_trimmed += len(cand) - len(trimmed)
+    if stats is not None:
+        stats.draft_trimmed += len(cand) - len(trimmed)
     return trimmed
 
 
@@ -290,7 +293,8 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     # Cut before the plan: a proposal that runs past where the answer is decided (a one-line
     # answer's line end) is priced for the tokens that can count.
     lookup = cut(found.tokens)
-    other = cut(found.other.tokens) if found.other is not None else []
+    # lookup's other proposal, cut alike; its cut tokens count only in a round that verifies it
+    other = _cut_at_stop(found.other.tokens, d, vocab, stop_check, None) if found.other is not None else []
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match,
                       found.source, d.model_behind, len(other))
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
@@ -309,6 +313,7 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
                 if plan.drafter == "tree" else Plan("none", 0, 0.0)
     if plan.drafter == "pair":    # lookup's two proposals differ at their first token: the tree branches there
         chains = (lookup[:plan.k], other[:plan.other_k])
+        stats.draft_trimmed += len(found.other.tokens) - len(other)
         prop = Proposal(plan, [], tree=build_tree(d.seq[-1], list(chains)), chains=chains)
     elif plan.drafter == "tree":
         model = _model_draft(d, plan.k, sampling)

@@ -291,9 +291,9 @@ class NgramDrafter:
     `datastore` of the target's own answers (engine/datastore.py), when there is one, proposes
     instead where its match is longer than the text's: on ties the text wins, as a copy from
     the request's own text is right more often than a stored answer after a run of the same
-    length (measured against the earlier rule, the store wherever the text matched fewer than 6
-    tokens: more tokens of each proposal written by the target on every workload; README, "The
-    target's own answers as a drafter")."""
+    length (against the earlier rule, the store wherever the text matched fewer than 6 tokens:
+    as many or more tokens of each proposal written by the target on every workload but one,
+    end of line with a smaller store; README, "The target's own answers as a drafter")."""
     kind = "ngram"
     draft_calls = 0
 

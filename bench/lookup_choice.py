@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from bench.common import DEFAULT_FILES, bench_parser, held_out_prompts
+from bench.common import DEFAULT_FILES, bench_parser, held_out_prompts, usage_error
 from lsp.arguments import number
 
 PROG = "python -m bench.lookup_choice"
@@ -107,14 +107,17 @@ def main(argv=None) -> int:
     from bench.end_of_line import positions_in
     from bench.keystrokes import END, MIDDLE
     from bench.replay import load_scripts, request_points
-    from engine import GenerationSettings
+    from engine import GenerationSettings, ModelLoadError
     from lsp.backend import completion_options, completion_request, load_backend
     from lsp.settings import Settings, parse_settings
 
     torch.set_num_threads(1)
     settings = parse_settings({"targetModel": "default", "draftModel": "ngram", "device": "cpu",
                                "dtype": "float32", "datastore": args.datastore, "debounceMs": 0}, Settings())
-    loaded = load_backend(settings)
+    try:
+        loaded = load_backend(settings)
+    except ModelLoadError as exc:      # a --datastore that is missing or not a store
+        return usage_error(PROG, f"--datastore: {exc}")
     engine, options = loaded.engine, completion_options(settings)
     recorder = Recorder(engine.drafters.lookup)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench import lookup_choice
 from engine.drafters import Draft
-from tests.e2e.test_cli_errors import in_process
+from tests.e2e.test_cli_errors import assert_one_line_error, in_process
 
 
 def test_each_rule_takes_its_candidate():
@@ -37,3 +37,9 @@ def test_a_quick_run_prints_every_workload(capsys):
         by_rule = dict(zip(lookup_choice.RULES, map(float, means)))
         assert by_rule["best of both"] >= max(v for r, v in by_rule.items() if r != "best of both"), workload
         assert by_rule["best of both"] > 0, workload
+
+
+def test_a_missing_datastore_is_one_line_with_exit_code_2(capsys, tmp_path):
+    code, out, err = in_process(["--datastore", str(tmp_path / "none.npz"), "--quick"], capsys, lookup_choice.main)
+    assert_one_line_error(code, out, err)
+    assert "--datastore: datastore" in err and "no such file" in err

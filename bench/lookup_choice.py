@@ -15,9 +15,9 @@ mean over proposals:
                  2026-12-01 evening)
   longer match   the store only where its match is the longer (engine/lookup.py now)
   best if they differ   the better one where the two differ at their first token, else the
-                 longer match: what a pair round (engine/generate.py) can reach at most
-  best of both   the better candidate each time: what verifying both chains as a tree could
-                 reach at most
+                 longer match: what pairs that branch at the root reach at most
+  best of both   the better candidate each time: what verifying both chains as a tree (a pair
+                 round, engine/generate.py, wherever the two part) reaches at most
 and how many proposals had both candidates, and of those how many differed at their first token
 (where a tree of the two would branch at its root).
 The decoding itself is the engine's as shipped (its choices set which positions are visited).

@@ -47,6 +47,7 @@ class Totals:
     draft_ms: float = 0.0
     draft_first_ms: float = 0.0   # the draft model's first pass of its rounds (in draft_ms)
     verify_ms: float = 0.0
+    pair_shared: int = 0       # pair rounds: tokens their two chains shared before the branch
 
     @classmethod
     def of(cls, calls: list[dict]) -> "Totals":
@@ -63,6 +64,7 @@ class Totals:
             t.draft_ms += s["draft_ms"]
             t.draft_first_ms += s.get("draft_first_ms", 0.0)
             t.verify_ms += s["verify_ms"]
+            t.pair_shared += s.get("pair_shared", 0)
         return t
 
     @property
@@ -108,6 +110,17 @@ def expected_tokens(p: list[float], k: float) -> float:
         chain *= p[min(i, len(p) - 1)]
         total += chain
     return total
+
+
+def chain_product(p: list[float], k: float) -> float:
+    """p_1 ... p_k, the chance a chain holds to depth k (positions past the list take its last
+    value; a fractional k interpolates)."""
+    if not p:
+        return 1.0
+    whole, chain = int(k), 1.0
+    for i in range(whole):
+        chain *= p[min(i, len(p) - 1)]
+    return chain + (k - whole) * (chain * p[min(whole, len(p) - 1)] - chain)
 
 
 def tree_tokens(lookup: list[float], model: list[float], k_lookup: float, k_model: float) -> float:
@@ -245,8 +258,11 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
         elif kind == "tree":   # the round's nodes split evenly between the two chains
             e = tree_tokens(p["lookup"], p["model"], k / 2, k / 2)
             cost = first_extra + k / 2 * costs.step.get("model", fallback_step) + costs.verify(k + 1)
-        elif kind == "pair":   # the same split; the two differ at the first token, so their tokens add up
-            e = expected_tokens(p["lookup"], k / 2) + expected_tokens(p["lookup_other"], k / 2) - 1
+        elif kind == "pair":   # past the shared tokens, the same split; the branches' tokens add up
+            shared = min(k, t.pair_shared / n)
+            branch = (k - shared) / 2
+            e = expected_tokens(p["lookup"], shared + branch) \
+                + chain_product(p["lookup"], shared) * (expected_tokens(p["lookup_other"], branch) - 1)
             cost = costs.verify(k + 1)
         else:
             e = expected_tokens(p.get(kind, [a]), k)

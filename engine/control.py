@@ -68,12 +68,13 @@ DOCUMENT_SOURCES = (DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE)                # (en
 DATASTORE_SOURCE = "datastore"
 DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
                      ("datastore 8-15", 8, 0.75), ("datastore 16+", 16, 0.9))
-# When prompt lookup has two proposals that differ at their first token (the text's copy and the
-# datastore's, engine/lookup.py: `Draft.other`), the one it left can be verified beside the one
-# it took, as a tree: at most one of them is right at the first token, so the tree yields
-# 1 + sum of the taken chain's products + sum of the other's. The other's acceptance is kept
-# apart (`lookup_other`), from such rounds only: given that the two disagree, it is not the
-# acceptance of its class. The prior leans high, so that pairs are tried and measured: the
+# When prompt lookup has two proposals that part (the text's copy and the datastore's,
+# engine/lookup.py: `Draft.other`), at once or after s common tokens, the one it left can be
+# verified beside the one it took, as a tree that branches at depth s: at most one of them is
+# right at the branch, so the tree yields 1 + sum of the taken chain's products + the taken
+# chain's product up to s x sum of the other branch's products. The other branch's acceptance
+# is kept apart (`lookup_other`), from the pair rounds that reached the branch only: given that
+# the two disagree there, it is not the acceptance of its class. The prior leans high, so that pairs are tried and measured: the
 # benchmark suite's servers measured 0.06-0.12 on the shipped pair (README, "The target's own
 # answers as a drafter").
 OTHER_PRIOR = 0.3
@@ -304,7 +305,8 @@ class Plan:
     k: int            # tokens to draft (the lookup's proposal is cut to k; a tree's model chain)
     expected_rate: float   # expected new tokens per ms (0 before any cost is known)
     lookup_k: int = 0      # a tree's lookup chain
-    other_k: int = 0       # a pair's other chain (the proposal lookup left)
+    other_k: int = 0       # a pair's other branch: tokens of the proposal lookup left, past the shared ones
+    other_from: int = 0    # ... which shares its first other_from tokens with the taken one
     lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
     lookup_source: str = ""  # ... found there (Draft.source)
     probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
@@ -356,21 +358,21 @@ class DraftController:
 
     def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
              tree_ok: bool = False, lookup_match: int = 0, lookup_source: str = "",
-             model_behind: int = 0, other_tokens: int = 0) -> Plan:
+             model_behind: int = 0, other_tokens: int = 0, other_from: int = 0) -> Plan:
         """The best round given a lookup proposal of `lookup_tokens` (0: none) found in
         `lookup_source` after `lookup_match` matched tokens, whether a draft model is there,
         whether it has already begun this request (else its prefill is part of this round's
         cost), how many tokens were written since it last ran (it catches up on them first),
-        whether the target can verify a tree, and the length of lookup's other proposal (0:
-        none; it differs from the first at its first token)."""
+        whether the target can verify a tree, and lookup's other proposal: it shares its first
+        `other_from` tokens with the first and then has `other_tokens` of its own (0: none)."""
         plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok,
                           self.lookup_estimate(lookup_match, lookup_source), model_behind,
-                          other_tokens if tree_ok else 0)
+                          other_tokens if tree_ok else 0, other_from)
         plan.lookup_match, plan.lookup_source = lookup_match, lookup_source
         return plan
 
     def _plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool, tree_ok: bool,
-              lookup_est: DrafterEstimate, model_behind: int, other_tokens: int) -> Plan:
+              lookup_est: DrafterEstimate, model_behind: int, other_tokens: int, other_from: int) -> Plan:
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
@@ -392,7 +394,8 @@ class DraftController:
         best_lookup = Plan("lookup", best_k, best_rate) if best_k else None
         if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
             best = best_lookup
-        best_pair = self._best_pair(l_sums, min(other_tokens, max_k), verify) if lookup_k and other_tokens else None
+        best_pair = self._best_pair(l_sums, l_chains, other_from, min(other_tokens, max_k), verify) \
+            if lookup_k > other_from and other_tokens else None
         if best_pair is not None and best_pair.expected_rate > best.expected_rate:
             best = best_pair
         best_model = None
@@ -425,17 +428,21 @@ class DraftController:
             best = replace(best_pair, probe=True)
         return best
 
-    def _best_pair(self, l_sums: list[float], other_k: int, verify: list[float]) -> Plan:
-        """The best pair of lookup's two proposals (the taken one's cumulative sums `l_sums`,
-        the other one up to `other_k` tokens): they differ at the first token, so the expected
-        tokens add up (OTHER_PRIOR), at the cost of one pass of both chains' width."""
+    def _best_pair(self, l_sums: list[float], l_chains: list[float], shared: int, other_k: int,
+                   verify: list[float]) -> Plan:
+        """The best pair of lookup's two proposals (the taken one's cumulative sums and products,
+        `_cumulative`; the other one shares its first `shared` tokens and then has up to `other_k`
+        of its own): the two branches part at depth `shared`, so once the target gets there their
+        expected tokens add up (OTHER_PRIOR), at the cost of one pass of the tree's width. The
+        taken chain reaches past the branch (else the tree would be one chain)."""
         o_sums, _ = _cumulative(self.lookup_other, other_k)
+        reach = l_chains[shared]
         best_rate, best_k, best_other = 0.0, 0, 0
         rows_fell = 0    # as in _best_tree: a row, and the rows, stop a few steps past their best
-        for k in range(1, len(l_sums)):
+        for k in range(shared + 1, len(l_sums)):
             row_best, row_other, fell = 0.0, 0, 0
             for other in range(1, other_k + 1):
-                rate = (1 + l_sums[k] + o_sums[other]) / verify[1 + k + other]
+                rate = (1 + l_sums[k] + reach * o_sums[other]) / verify[1 + k + other]
                 if rate > row_best:
                     row_best, row_other, fell = rate, other, 0
                 elif (fell := fell + 1) >= 3:
@@ -444,7 +451,7 @@ class DraftController:
                 best_rate, best_k, best_other, rows_fell = row_best, k, row_other, 0
             elif (rows_fell := rows_fell + 1) >= 3:
                 break
-        return Plan("pair", best_k, best_rate, other_k=best_other)
+        return Plan("pair", best_k, best_rate, other_k=best_other, other_from=shared)
 
     def _best_tree(self, lookup, model, verify: list[float], begin: float) -> Plan:
         """The best tree of a lookup chain and a model chain (see the module's formula) from
@@ -511,16 +518,18 @@ class DraftController:
         self.model.record(plan.k, *model, draft_ms, model_work)
         self._record_first(model_work)
 
-    def record_pair(self, plan: Plan, taken: tuple[int, int], other: tuple[int, int], width: int,
+    def record_pair(self, plan: Plan, taken: tuple[int, int], other: tuple[int, int] | None, width: int,
                     verify_ms: float) -> None:
-        """What a pair round gave: (drafted, accepted) of the proposal lookup took and of the one
-        it left, and the width verified."""
+        """What a pair round gave: (drafted, accepted) of the proposal lookup took and of the
+        other's branch (None: the target parted from both before the branch), and the width
+        verified."""
         self._count(plan)
         if self.frozen:
             return
         self.verify.record(width, verify_ms)
         self._record_lookup(plan, plan.k, *taken, 0.0)
-        self.lookup_other.record(plan.other_k, *other, 0.0)
+        if other is not None:
+            self.lookup_other.record(plan.other_k, *other, 0.0)
 
     def _record_first(self, work: DraftWork | None) -> None:
         if work is not None and work.steps:

@@ -29,7 +29,7 @@ class Draft:
     source: str = ""  # prompt lookup: where it was found ("prompt", "completions", "document", "open documents")
     work: DraftWork | None = None   # a draft model: what this proposal took (the controller prices steps by it)
     other: Draft | None = None      # prompt lookup: the proposal it left (the text's or the datastore's),
-                                    # when it had two that differ at their first token
+                                    # when it had two that part (at once or after a common prefix)
 
 
 @dataclass

@@ -4,7 +4,7 @@ One round: a drafter proposes k target ids, the target scores [last, *candidates
 forward pass, the verification rule accepts a prefix and adds the target's own next token.
 When prompt lookup and the draft model both draft, their two chains form a tree below `last`
 (engine/tree.py) that the target scores in one pass too, and the round walks down it; so do
-lookup's two proposals (the text's copy and the datastore's) where they differ (a "pair").
+lookup's two proposals (the text's copy and the datastore's) where they part (a "pair").
 Which drafter (prompt lookup, the draft model, a tree of two chains, or none) and how many tokens is
 decided each round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
 auto`, the old +2/-1 heuristic when asked for, or a fixed number.
@@ -64,7 +64,7 @@ class DraftMemory:
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
                lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False,
                lookup_match: int = 0, lookup_source: str = "", model_behind: int = 0,
-               other_tokens: int = 0) -> Plan:
+               other_tokens: int = 0, other_from: int = 0) -> Plan:
     """Which drafter drafts this round, and how many tokens (trees only under the controller)."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
@@ -79,7 +79,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
             return Plan("model", k, 0.0)
         return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
     return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok,
-                                  lookup_match, lookup_source, model_behind, other_tokens)
+                                  lookup_match, lookup_source, model_behind, other_tokens, other_from)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -151,27 +151,40 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     stats.tree_passes += prop.tree is not None
     if prop.model_work is not None:
         stats.draft_first_ms += prop.model_work.first_ms
-    if plan.drafter in ("tree", "pair"):
-        asked = (("lookup", plan.lookup_k), ("model", plan.k)) if plan.drafter == "tree" \
-            else (("lookup", plan.k), ("lookup_other", plan.other_k))
-        for (name, k), chain in zip(asked, prop.chains):
+    if plan.drafter == "tree":
+        for (name, k), chain in zip((("lookup", plan.lookup_k), ("model", plan.k)), prop.chains):
             stats.count_positions(name, k, common_prefix_len(accepted, chain))
+    elif plan.drafter == "pair":
+        other = _other_branch(prop, accepted)
+        stats.count_positions("lookup", plan.k, common_prefix_len(accepted, prop.chains[0]))
+        stats.pair_shared += plan.other_from
+        if other is not None:
+            stats.count_positions("lookup_other", plan.other_k, other[1])
     elif plan.drafter != "none":
         stats.count_positions(plan.drafter, plan.k, n)
     if settings.draft_length != "auto":
         return
     if settings.draft_control == "heuristic":
         memory.heuristic.update(len(prop.cand), n)
-    elif plan.drafter in ("tree", "pair"):
+    elif plan.drafter == "pair":
+        taken = prop.chains[0]
+        memory.controller.record_pair(plan, (len(taken), common_prefix_len(accepted, taken)),
+                                      _other_branch(prop, accepted), prop.width, verify_ms)
+    elif plan.drafter == "tree":
         first, second = ((len(c), common_prefix_len(accepted, c)) for c in prop.chains)
-        if plan.drafter == "pair":
-            memory.controller.record_pair(plan, first, second, prop.width, verify_ms)
-        else:
-            memory.controller.record_tree(plan, first, second, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
-                                          model_work=prop.model_work)
+        memory.controller.record_tree(plan, first, second, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
+                                      model_work=prop.model_work)
     else:
         memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms,
                                  model_work=prop.model_work)
+
+
+def _other_branch(prop: Proposal, accepted: list[int]) -> tuple[int, int] | None:
+    """A pair round's other branch: (drafted, accepted) past the tokens the two chains share,
+    or None where the target parted from both before the branch (it was never reached)."""
+    shared, other = prop.plan.other_from, prop.chains[1]
+    agreed = common_prefix_len(accepted, other)
+    return (len(other) - shared, agreed - shared) if agreed >= shared else None
 
 
 DraftPrompt = list[int] | Callable[[], list[int]] | None   # the draft model's own prompt, or how to build it
@@ -293,10 +306,12 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     # Cut before the plan: a proposal that runs past where the answer is decided (a one-line
     # answer's line end) is priced for the tokens that can count.
     lookup = cut(found.tokens)
-    # lookup's other proposal, cut alike; its cut tokens count only in a round that verifies it
+    # lookup's other proposal, cut alike (its cut tokens count only in a round that verifies
+    # it); it shares its first `shared` tokens with the one taken, then branches
     other = _cut_at_stop(found.other.tokens, d, vocab, stop_check, None) if found.other is not None else []
+    shared = common_prefix_len(lookup, other)
     plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match,
-                      found.source, d.model_behind, len(other))
+                      found.source, d.model_behind, len(other) - shared, shared)
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
     # cost (counted in draft_ms, from which the controller learns a draft step's price).
     t1 = time.perf_counter()
@@ -311,8 +326,8 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
         if d.drafters.model is None:
             plan = replace(plan, drafter="lookup", k=plan.lookup_k, lookup_k=0) \
                 if plan.drafter == "tree" else Plan("none", 0, 0.0)
-    if plan.drafter == "pair":    # lookup's two proposals differ at their first token: the tree branches there
-        chains = (lookup[:plan.k], other[:plan.other_k])
+    if plan.drafter == "pair":    # lookup's two proposals part: the tree branches there
+        chains = (lookup[:plan.k], other[:plan.other_from + plan.other_k])
         stats.draft_trimmed += len(found.other.tokens) - len(other)
         prop = Proposal(plan, [], tree=build_tree(d.seq[-1], list(chains)), chains=chains)
     elif plan.drafter == "tree":

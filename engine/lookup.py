@@ -361,8 +361,8 @@ class NgramDrafter:
             stored = self.datastore.find(seq, k, self.special_ids)
             if stored is not None:
                 taken, left = (stored, found) if found is None or stored.match > found.match else (found, stored)
-                # the one left may be verified beside it (a "pair" round), where they disagree at once
-                found = replace(taken, other=left) if left is not None and left.tokens[0] != taken.tokens[0] else taken
+                # the one left may be verified beside it (a "pair" round), where the two part
+                found = replace(taken, other=left) if left is not None and parts(taken.tokens, left.tokens) else taken
         if found is None:
             self._last = None
             return Draft([])
@@ -418,6 +418,13 @@ class NgramDrafter:
             if out:
                 return out, start
         return [], -1
+
+
+def parts(a: list[int], b: list[int]) -> bool:
+    """Do the chains `a` and `b` differ at a position both have (at once or after a common
+    prefix)? Only then does a tree of the two hold a token that neither alone does."""
+    n = min(len(a), len(b))
+    return a[:n] != b[:n]
 
 
 def _matched_before(source: list[int], start: int, seq: list[int], n: int) -> int:

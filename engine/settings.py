@@ -76,6 +76,7 @@ class GenerationStats:
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
     first_from_prefill: int = 0  # 1 when the answer's first token came from the prefill pass (not a round)
     tree_passes: int = 0        # tree rounds whose chains branched: both verified in one pass
+    pair_shared: int = 0        # pair rounds: the tokens their two chains shared before the branch, summed
     # Exact counts behind the acceptance formula, per drafter ("lookup", "model"): how many drafts
     # reached position i (every earlier token accepted) and how many had token i accepted.
     by_position: dict = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """Decoding through pairs: prompt lookup's two proposals (the text's copy and the datastore's)
-verified together as a tree where they differ at their first token. Greedy output is the
+verified together as a tree where they part, at their first token or after shared ones. Greedy output is the
 target's own, token for token, sampled output follows its distribution, and the controller
 pairs only while the proposal left behind pays for its width.
 
@@ -40,17 +40,21 @@ def made_up_store(path, target, prompts: list[str]):
     return path
 
 
-def test_lookup_leaves_the_other_proposal_only_where_they_differ_at_once(tmp_path):
+def test_lookup_leaves_the_other_proposal_only_where_they_part(tmp_path):
     vocab = {str(i): i for i in range(16)}
     save(tmp_path / "s.npz", [([], [1, 2, 3, 4, 5, 6])], vocab)
-    lookup = NgramDrafter(datastore=Datastore.load(tmp_path / "s.npz", vocab))
+    lookup = NgramDrafter(datastore=Datastore.load(tmp_path / "s.npz", vocab), special_ids=frozenset({0}))
     lookup.read()
     # the store matched "1 2 3" (3 ids), the text "2 3" (2): the store's is taken, the text's left
     got = lookup.propose([7, 2, 3, 9, 8, 1, 2, 3], [], 3, None)
     assert (got.tokens, got.source) == ([4, 5, 6], "datastore")
     assert (got.other.tokens, got.other.source, got.other.match) == ([9, 8, 1], "prompt", 2)
-    # the two agree at their first token: nothing to verify beside it
+    # the two agree at their first token and part at the second: the tree branches there
     got = lookup.propose([7, 2, 3, 4, 8, 1, 2, 3], [], 3, None)
+    assert got.tokens == [4, 5, 6] and got.other.tokens == [4, 8, 1]
+    # the text's copy (cut by the special id 0) is the store's first two tokens and no more:
+    # nothing to verify beside it
+    got = lookup.propose([7, 2, 3, 4, 5, 0, 1, 2, 3], [], 3, None)
     assert got.tokens == [4, 5, 6] and got.other is None
 
 
@@ -72,6 +76,34 @@ def test_the_controller_pairs_while_the_other_proposal_pays():
     assert live.lookup_other.p(0) < OTHER_PRIOR / 2     # it measured the other proposal
     assert live.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True, other_tokens=4).drafter == "lookup"
     assert live.summary()["rounds_by_kind"]["pair"] >= 1
+
+
+def test_a_pair_that_parts_later_pays_for_what_reaches_its_branch():
+    c = pair_memory().controller
+    plan = c.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True, other_tokens=4, other_from=2)
+    assert (plan.drafter, plan.k, plan.other_k, plan.other_from) == ("pair", 6, 4, 2)
+    # the taken chain must reach past the shared tokens, else the tree is one chain
+    assert c.plan(lookup_tokens=2, has_model=False, max_k=16, tree_ok=True, other_tokens=4,
+                  other_from=2).drafter == "lookup"
+    # each verified token costs: a branch the target seldom gets to (the taken chain's products
+    # up to it, 0.5 a position here) no longer pays, one at the root still does
+    c.verify = VerifyCost(one_ms=1.0, per_token_ms=0.1, seen=True)
+    at = {s: c.plan(lookup_tokens=16, has_model=False, max_k=16, tree_ok=True, other_tokens=4, other_from=s)
+          for s in (0, 1, 2, 8)}
+    assert [at[s].drafter for s in (0, 1, 2, 8)] == ["pair", "pair", "lookup", "lookup"]
+    assert at[1].other_from == 1 and at[1].k > 1
+
+
+def store_of_right_starts(path, engine, prompts: list[str], settings: GenerationSettings):
+    """After every prefix of each prompt's greedy answer, the target's next two tokens and then
+    made-up ones: where the text's copy is right too, the two proposals share a prefix and part."""
+    answers = []
+    for prompt in prompts:
+        ids = _ids(engine.target, prompt)
+        full = ids + engine.generate(ids, settings=settings).token_ids
+        answers += [(full[:i], full[i:i + 2] + full[i:i + 8][::-1]) for i in range(1, len(full))]
+    save(path, answers, engine.target.tokenizer.get_vocab())
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +130,22 @@ def test_greedy_through_pairs_equals_target_alone(engines):
     assert pairs >= 20 and passes == pairs, (pairs, passes)
 
 
+def test_greedy_through_pairs_that_part_later_equals_target_alone(engines, tmp_path):
+    base, _ = engines
+    settings = GenerationSettings(max_new_tokens=MAX_NEW)
+    store = store_of_right_starts(tmp_path / "s.npz", base, PROMPTS, settings)
+    paired = Engine(EngineConfig(target=base.config.target, draft="ngram", datastore=str(store)))
+    paired.memory = pair_memory()
+    pairs = shared = 0
+    for prompt in PROMPTS:
+        t_ids = _ids(base.target, prompt)
+        got = paired.generate(t_ids, settings=settings)
+        assert got.token_ids == base.generate(t_ids, settings=settings).token_ids, prompt
+        pairs += got.stats.rounds_by_drafter["pair"]
+        shared += got.stats.pair_shared
+    assert pairs >= 20 and shared >= 10, (pairs, shared)
+
+
 def test_sampling_through_pairs_follows_the_target(small_models, tmp_path):  # noqa: F811
     """Sample-and-compare down the pair's tree, as through any tree: two new tokens."""
     target, _, _ = small_models
@@ -114,4 +162,26 @@ def test_sampling_through_pairs_follows_the_target(small_models, tmp_path):  # n
         counts[tuple(r.token_ids[:2])] += 1
         pairs += r.stats.rounds_by_drafter["pair"]
     assert pairs > N_SAMPLES // 4, pairs
+    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+
+
+def test_sampling_through_a_pair_that_parts_after_a_shared_token_follows_the_target(small_models, tmp_path):  # noqa: F811
+    """The store's proposal starts as the text's copy does and then parts from it: the tree
+    branches below its first node, and sampling walks down it."""
+    target, _, _ = small_models
+    prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
+    dist = _exact_two_token_dist(target, prompt)
+    copy = NgramDrafter().propose(prompt, [], 4, None).tokens     # what the text offers after the prompt
+    save(tmp_path / "s.npz", [(prompt, copy[:1] + [t for t in prompt[::-1] if t != copy[1]])],
+         target.tokenizer.get_vocab())
+    store = Datastore.load(tmp_path / "s.npz", target.tokenizer.get_vocab())
+    drafters, memory = Drafters(lookup=NgramDrafter(datastore=store)), pair_memory()
+    pool = KVPool(target.model, 2, 256)
+    counts, shared = Counter(), 0
+    for i in range(N_SAMPLES):
+        settings = GenerationSettings(max_new_tokens=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, seed=31000 + i)
+        r = speculative_generate(target, pool, drafters, prompt, settings, memory)
+        counts[tuple(r.token_ids[:2])] += 1
+        shared += r.stats.pair_shared
+    assert shared > N_SAMPLES // 4, shared
     assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)

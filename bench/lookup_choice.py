@@ -54,24 +54,20 @@ def scores(text, stored, truth: list[int]) -> dict[str, int]:
 
 
 class Recorder:
-    """Wraps a lookup drafter's `propose` to keep both candidates of every proposal; the drafter
+    """Wraps a lookup drafter's `candidates` to keep both of every proposal; the drafter
     proposes as it would anyway."""
 
     def __init__(self, drafter):
         self.drafter, self.requests = drafter, []
-        propose = drafter.propose
+        candidates = drafter.candidates
 
-        def recording(seq, generated, k, sampling):
-            text = drafter._near(seq, k)
-            if drafter.corpus.blocks and k > 0:
-                far = drafter.corpus.find(seq, k, text.match if text else 0, drafter.special_ids)
-                text = far if far is not None else text
-            stored = drafter.datastore.find(seq, k, drafter.special_ids) if drafter.datastore and k > 0 else None
+        def recording(seq, k):
+            text, stored = candidates(seq, k)
             if self.requests:
                 self.requests[-1].append((list(seq), text, stored))
-            return propose(seq, generated, k, sampling)
+            return text, stored
 
-        drafter.propose = recording
+        drafter.candidates = recording
 
     def tally(self) -> tuple[int, dict[str, int], tuple[int, int]]:
         """Proposals, tokens the target wrote by rule, and (proposals with both candidates, of

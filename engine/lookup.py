@@ -352,17 +352,11 @@ class NgramDrafter:
         if self._last is not None:    # how much of the previous proposal the target wrote
             source, at, tokens = self._last
             self._score(source, seq[at:], tokens)
-        found = self._near(seq, k)
-        if self.corpus.blocks and k > 0 and (found is None or found.match < MAX_MATCH):
-            far = self.corpus.find(seq, k, found.match if found else 0, self.special_ids)
-            if far is not None:
-                found = far
-        if self.datastore is not None and k > 0 and (found is None or found.match < STORE_MAX_MATCH):
-            stored = self.datastore.find(seq, k, self.special_ids)
-            if stored is not None:
-                taken, left = (stored, found) if found is None or stored.match > found.match else (found, stored)
-                # the one left may be verified beside it (a "pair" round), where the two part
-                found = replace(taken, other=left) if left is not None and parts(taken.tokens, left.tokens) else taken
+        found, stored = self.candidates(seq, k)
+        if stored is not None:
+            taken, left = (stored, found) if found is None or stored.match > found.match else (found, stored)
+            # the one left may be verified beside it (a "pair" round), where the two part
+            found = replace(taken, other=left) if left is not None and parts(taken.tokens, left.tokens) else taken
         if found is None:
             self._last = None
             return Draft([])
@@ -371,6 +365,21 @@ class NgramDrafter:
         s.tokens[found.source] = s.tokens.get(found.source, 0) + len(found.tokens)
         self._last = (found.source, len(seq), found.tokens)
         return found
+
+    def candidates(self, seq: list[int], k: int) -> tuple[Draft | None, Draft | None]:
+        """Both proposals for what follows `seq` (each None where there is none): the text's
+        (the request's own ids and recent completions, then the documents where those matched
+        fewer than MAX_MATCH tokens) and the datastore's (asked while the text's matched fewer
+        than the store's longest run)."""
+        text = self._near(seq, k)
+        if self.corpus.blocks and k > 0 and (text is None or text.match < MAX_MATCH):
+            far = self.corpus.find(seq, k, text.match if text else 0, self.special_ids)
+            if far is not None:
+                text = far
+        stored = None
+        if self.datastore is not None and k > 0 and (text is None or text.match < STORE_MAX_MATCH):
+            stored = self.datastore.find(seq, k, self.special_ids)
+        return text, stored
 
     def _score(self, source: str, written: Sequence[int], tokens: list[int]) -> None:
         n = 0

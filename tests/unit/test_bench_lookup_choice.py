@@ -14,7 +14,8 @@ def test_each_rule_takes_its_candidate():
     assert lookup_choice.scores(text, stored, truth) == {
         "text": 2, "store": 4, "store < 6": 4, "longer match": 4, "best if differ": 4, "best of both": 4}
     long_text = Draft([1, 2, 9], match=7, source="prompt")
-    # they start alike ("1 2"): a pair would not branch at the root, only the best of both wins
+    # they start alike ("1 2"): a tree of the two branches after them, so only the best of both
+    # (a pair that parts later) gets the store's longer run
     assert lookup_choice.scores(long_text, stored, truth) == {
         "text": 2, "store": 4, "store < 6": 2, "longer match": 2, "best if differ": 2, "best of both": 4}
     other_start = Draft([9, 9], match=7, source="prompt")

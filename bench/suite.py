@@ -181,7 +181,8 @@ def replay_engine_stats(record: dict) -> dict | None:
     keys = ("rounds", "rounds_by_drafter", "controller", "drafted", "accepted", "new_tokens", "prefill_ms",
             "draft_ms", "verify_ms")
     return {**{k: record[k] for k in keys}, "by_position": record.get("by_position"),
-            "first_from_prefill": record.get("first_from_prefill") or 0, "latency_ms": record["engine_ms"]}
+            "first_from_prefill": record.get("first_from_prefill") or 0, "pair_shared": record.get("pair_shared") or 0,
+            "plan_ms": record.get("plan_ms") or 0.0, "latency_ms": record["engine_ms"]}
 
 
 def multiline_requests(by_config: dict[str, list[Request]]) -> dict[str, list[Request]]:

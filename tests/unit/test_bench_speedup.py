@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.speedup import (Totals, expected_tokens, measure_costs, measured_acceptance, predicted_rate, speedup,
-                           tree_tokens)
+from bench.speedup import (Totals, chain_product, expected_tokens, measure_costs, measured_acceptance,
+                           predicted_rate, speedup, tree_tokens)
 
 
 def call(rounds: dict, drafted: int, accepted: int, new: int, latency: float, prefill: float, draft: float,
@@ -129,3 +129,26 @@ def test_the_longest_draft_is_the_engines():
     from bench.speedup import MAX_DRAFT
     from engine.settings import MAX_DRAFT_LENGTH
     assert MAX_DRAFT == MAX_DRAFT_LENGTH
+
+
+def test_a_chains_product_to_a_depth():
+    assert chain_product([0.5, 0.8], 2) == pytest.approx(0.4)
+    assert chain_product([0.5], 3) == pytest.approx(0.125)       # the last rate carried on
+    assert chain_product([0.5], 0) == 1.0
+    assert chain_product([0.5], 1.5) == pytest.approx((0.5 + 0.25) / 2)
+
+
+def test_pair_rounds_add_the_other_branch_where_the_target_reaches_it():
+    no_draft = [call({"none": 10}, 0, 0, 10, latency=120, prefill=20, draft=0, verify=90)]   # 9 ms per token
+    controller = {"lookup": {"acceptance_by_position": [0.5], "step_ms": 0.0},
+                  "lookup_other": {"acceptance_by_position": [0.2], "step_ms": 0.0}}
+    # 2 pair rounds of 6 drafted tokens each, sharing 2 tokens a round before they part
+    pairs = [{**call({"pair": 2}, 12, 4, 6, latency=46, prefill=20, draft=0, verify=18 + 12 * 0.5,
+                     controller=controller), "pair_shared": 4}]
+    costs = measure_costs({"no-draft": no_draft, "default": pairs}, "no-draft")
+    # 2 shared, then 2 tokens on each branch: the taken chain as a chain of 4, plus the other
+    # branch's 2 tokens wherever the taken chain held for the 2 shared ones (0.25 of the time)
+    tokens = expected_tokens([0.5], 4) + 0.25 * (expected_tokens([0.2], 2) - 1)
+    overhead = (26 - 0 - 24) / 2                             # decode - drafting - verifying, per round
+    rate, _ = predicted_rate(pairs, costs)
+    assert rate == pytest.approx(2 * tokens / (2 * (9 + 6 * 0.5 + overhead)))

@@ -116,72 +116,60 @@ def engines(tmp_path_factory):
     return base, paired
 
 
-def test_greedy_through_pairs_equals_target_alone(engines):
-    base, paired = engines
+def greedy_through(base: Engine, paired: Engine) -> tuple[int, int, int]:
+    """Every prompt through both engines, the outputs equal token for token; returns the paired
+    engine's pair rounds, tree passes and tokens its pairs shared before they parted."""
     settings = GenerationSettings(max_new_tokens=MAX_NEW)
-    pairs = passes = 0
+    pairs = passes = shared = 0
     for prompt in PROMPTS:
         t_ids = _ids(base.target, prompt)
         got = paired.generate(t_ids, settings=settings)
         assert got.token_ids == base.generate(t_ids, settings=settings).token_ids, prompt
+        assert set(got.stats.by_position) <= {"lookup", "lookup_other"}
         pairs += got.stats.rounds_by_drafter["pair"]
         passes += got.stats.tree_passes
-        assert set(got.stats.by_position) <= {"lookup", "lookup_other"}
+        shared += got.stats.pair_shared
+    return pairs, passes, shared
+
+
+def test_greedy_through_pairs_equals_target_alone(engines):
+    pairs, passes, _ = greedy_through(*engines)
     assert pairs >= 20 and passes == pairs, (pairs, passes)
 
 
 def test_greedy_through_pairs_that_part_later_equals_target_alone(engines, tmp_path):
     base, _ = engines
-    settings = GenerationSettings(max_new_tokens=MAX_NEW)
-    store = store_of_right_starts(tmp_path / "s.npz", base, PROMPTS, settings)
+    store = store_of_right_starts(tmp_path / "s.npz", base, PROMPTS, GenerationSettings(max_new_tokens=MAX_NEW))
     paired = Engine(EngineConfig(target=base.config.target, draft="ngram", datastore=str(store)))
     paired.memory = pair_memory()
-    pairs = shared = 0
-    for prompt in PROMPTS:
-        t_ids = _ids(base.target, prompt)
-        got = paired.generate(t_ids, settings=settings)
-        assert got.token_ids == base.generate(t_ids, settings=settings).token_ids, prompt
-        pairs += got.stats.rounds_by_drafter["pair"]
-        shared += got.stats.pair_shared
+    pairs, _, shared = greedy_through(base, paired)
     assert pairs >= 20 and shared >= 10, (pairs, shared)
 
 
-def test_sampling_through_pairs_follows_the_target(small_models, tmp_path):  # noqa: F811
-    """Sample-and-compare down the pair's tree, as through any tree: two new tokens."""
+@pytest.mark.parametrize("shared_start", [False, True], ids=["parting-at-once", "parting-after-a-shared-token"])
+def test_sampling_through_pairs_follows_the_target(small_models, tmp_path, shared_start):  # noqa: F811
+    """Sample-and-compare down the pair's tree, as through any tree: two new tokens. The store
+    proposes the prompt reversed, or (shared_start) the first token the text's copy proposes and
+    then other tokens: the tree branches at its root or below its first node."""
     target, _, _ = small_models
     prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
     dist = _exact_two_token_dist(target, prompt)
-    save(tmp_path / "s.npz", [(prompt, prompt[::-1])], target.tokenizer.get_vocab())
+    answer = prompt[::-1]
+    if shared_start:
+        copy = NgramDrafter().propose(prompt, [], 4, None).tokens     # what the text offers after the prompt
+        answer = copy[:1] + [t for t in prompt[::-1] if t != copy[1]]
+    save(tmp_path / "s.npz", [(prompt, answer)], target.tokenizer.get_vocab())
     store = Datastore.load(tmp_path / "s.npz", target.tokenizer.get_vocab())
     drafters, memory = Drafters(lookup=NgramDrafter(datastore=store)), pair_memory()
     pool = KVPool(target.model, 2, 256)
-    counts, pairs = Counter(), 0
+    counts, pairs, shared = Counter(), 0, 0
     for i in range(N_SAMPLES):
-        settings = GenerationSettings(max_new_tokens=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, seed=30000 + i)
+        settings = GenerationSettings(max_new_tokens=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P,
+                                      seed=(31000 if shared_start else 30000) + i)
         r = speculative_generate(target, pool, drafters, prompt, settings, memory)
         counts[tuple(r.token_ids[:2])] += 1
         pairs += r.stats.rounds_by_drafter["pair"]
-    assert pairs > N_SAMPLES // 4, pairs
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
-
-
-def test_sampling_through_a_pair_that_parts_after_a_shared_token_follows_the_target(small_models, tmp_path):  # noqa: F811
-    """The store's proposal starts as the text's copy does and then parts from it: the tree
-    branches below its first node, and sampling walks down it."""
-    target, _, _ = small_models
-    prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
-    dist = _exact_two_token_dist(target, prompt)
-    copy = NgramDrafter().propose(prompt, [], 4, None).tokens     # what the text offers after the prompt
-    save(tmp_path / "s.npz", [(prompt, copy[:1] + [t for t in prompt[::-1] if t != copy[1]])],
-         target.tokenizer.get_vocab())
-    store = Datastore.load(tmp_path / "s.npz", target.tokenizer.get_vocab())
-    drafters, memory = Drafters(lookup=NgramDrafter(datastore=store)), pair_memory()
-    pool = KVPool(target.model, 2, 256)
-    counts, shared = Counter(), 0
-    for i in range(N_SAMPLES):
-        settings = GenerationSettings(max_new_tokens=3, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, seed=31000 + i)
-        r = speculative_generate(target, pool, drafters, prompt, settings, memory)
-        counts[tuple(r.token_ids[:2])] += 1
         shared += r.stats.pair_shared
-    assert shared > N_SAMPLES // 4, shared
+    assert pairs > N_SAMPLES // 4, pairs
+    assert shared > N_SAMPLES // 4 if shared_start else shared == 0, shared
     assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)

@@ -86,6 +86,19 @@ def build_model(spec: ModelSpec, tok) -> torch.nn.Module:
     return GPTBigCodeForCausalLM(cfg)
 
 
+def draft_spec(size: str) -> ModelSpec:
+    """DRAFT, or DRAFT at another width: "HIDDEN,HEADS,FFN" (HIDDEN a multiple of HEADS)."""
+    if not size:
+        return DRAFT
+    try:
+        hidden, heads, ffn = (int(v) for v in size.split(","))
+    except ValueError:
+        raise SystemExit(f"--draft-size: {size!r} is not HIDDEN,HEADS,FFN (e.g. 160,5,640)") from None
+    if min(hidden, heads, ffn) <= 0 or hidden % heads:
+        raise SystemExit(f"--draft-size: {size!r}: positive numbers, HIDDEN a multiple of HEADS")
+    return replace(DRAFT, hidden=hidden, heads=heads, ffn=ffn)
+
+
 def param_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -254,6 +267,9 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="auto", help="auto | cpu | cuda | mps (as the engine picks)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     ap.add_argument("--only", choices=["both", "target", "draft"], default="both")
+    ap.add_argument("--draft-size", default="", metavar="HIDDEN,HEADS,FFN",
+                    help=f"another draft width (default {DRAFT.hidden},{DRAFT.heads},{DRAFT.ffn}; "
+                         f"{DRAFT.layers} layers either way)")
     ap.add_argument("--distill-gen-minutes", type=float, default=0.0,
                     help="minutes the target spends writing completions for draft distillation")
     ap.add_argument("--distill-minutes", type=float, default=0.0,
@@ -281,7 +297,7 @@ def main(argv=None) -> None:
 
     specs = {"target": (TARGET, target_tok, replace(TARGET_SETTINGS, minutes=args.minutes_target,
                                                     tokens=args.tokens_target)),
-             "draft": (DRAFT, draft_tok, replace(DRAFT_SETTINGS, minutes=args.minutes_draft,
+             "draft": (draft_spec(args.draft_size), draft_tok, replace(DRAFT_SETTINGS, minutes=args.minutes_draft,
                                                  tokens=args.tokens_draft))}
     counts = {name: param_count(build_model(spec, tok)) for name, (spec, tok, _) in specs.items()}
     print(f"parameters: target {counts['target']:,}, draft {counts['draft']:,} "

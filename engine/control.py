@@ -74,9 +74,9 @@ DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
 # right at the branch, so the tree yields 1 + sum of the taken chain's products + the taken
 # chain's product up to s x sum of the other branch's products. The other branch's acceptance
 # is kept apart (`lookup_other`), from the pair rounds that reached the branch only: given that
-# the two disagree there, it is not the acceptance of its class. The prior leans high, so that pairs are tried and measured: the
-# benchmark suite's servers measured 0.06-0.12 on the shipped pair (README, "The target's own
-# answers as a drafter").
+# the two disagree there, it is not the acceptance of its class. The prior leans high, so that
+# pairs are tried and measured: the benchmark suite's servers measured 0.06-0.12 on the shipped
+# pair (README, "The target's own answers as a drafter").
 OTHER_PRIOR = 0.3
 # What a round of each kind measures again, for probing (DraftController.probe_every)
 _PROBED_BY_KIND = {"none": (), "lookup": ("lookup",), "model": ("model",), "tree": ("lookup", "model"),

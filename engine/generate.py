@@ -151,15 +151,20 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     stats.tree_passes += prop.tree is not None
     if prop.model_work is not None:
         stats.draft_first_ms += prop.model_work.first_ms
+    # a tree's or a pair's two chains as (drafted, accepted), counted here and taught below
+    # (a pair's other chain: its branch, None where the target never got there)
+    chains = None
     if plan.drafter == "tree":
-        for (name, k), chain in zip((("lookup", plan.lookup_k), ("model", plan.k)), prop.chains):
-            stats.count_positions(name, k, common_prefix_len(accepted, chain))
+        chains = [(len(c), common_prefix_len(accepted, c)) for c in prop.chains]
+        for (name, k), (_, agreed) in zip((("lookup", plan.lookup_k), ("model", plan.k)), chains):
+            stats.count_positions(name, k, agreed)
     elif plan.drafter == "pair":
-        other = _other_branch(prop, accepted)
-        stats.count_positions("lookup", plan.k, common_prefix_len(accepted, prop.chains[0]))
+        taken = prop.chains[0]
+        chains = [(len(taken), common_prefix_len(accepted, taken)), _other_branch(prop, accepted)]
+        stats.count_positions("lookup", plan.k, chains[0][1])
         stats.pair_shared += plan.other_from
-        if other is not None:
-            stats.count_positions("lookup_other", plan.other_k, other[1])
+        if chains[1] is not None:
+            stats.count_positions("lookup_other", plan.other_k, chains[1][1])
     elif plan.drafter != "none":
         stats.count_positions(plan.drafter, plan.k, n)
     if settings.draft_length != "auto":
@@ -167,12 +172,9 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
     if settings.draft_control == "heuristic":
         memory.heuristic.update(len(prop.cand), n)
     elif plan.drafter == "pair":
-        taken = prop.chains[0]
-        memory.controller.record_pair(plan, (len(taken), common_prefix_len(accepted, taken)),
-                                      _other_branch(prop, accepted), prop.width, verify_ms)
+        memory.controller.record_pair(plan, *chains, prop.width, verify_ms)
     elif plan.drafter == "tree":
-        first, second = ((len(c), common_prefix_len(accepted, c)) for c in prop.chains)
-        memory.controller.record_tree(plan, first, second, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
+        memory.controller.record_tree(plan, *chains, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
                                       model_work=prop.model_work)
     else:
         memory.controller.record(plan, len(prop.cand), n, prop.draft_ms, verify_ms, prop.begin_ms,

@@ -277,6 +277,7 @@ def main(argv=None) -> None:
     ap.add_argument("--distill-control", action="store_true",
                     help="also continue the plain draft for the same minutes on the corpus only")
     args = ap.parse_args(argv)
+    draft = draft_spec(args.draft_size)     # a bad size stops here, before the corpus is built
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -297,7 +298,7 @@ def main(argv=None) -> None:
 
     specs = {"target": (TARGET, target_tok, replace(TARGET_SETTINGS, minutes=args.minutes_target,
                                                     tokens=args.tokens_target)),
-             "draft": (draft_spec(args.draft_size), draft_tok, replace(DRAFT_SETTINGS, minutes=args.minutes_draft,
+             "draft": (draft, draft_tok, replace(DRAFT_SETTINGS, minutes=args.minutes_draft,
                                                  tokens=args.tokens_draft))}
     counts = {name: param_count(build_model(spec, tok)) for name, (spec, tok, _) in specs.items()}
     print(f"parameters: target {counts['target']:,}, draft {counts['draft']:,} "

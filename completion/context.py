@@ -99,19 +99,22 @@ class TokenCounter:
 
 
 def cut_window(cur: Cursor, count: Callable[[str], int], prefix_tokens: int, suffix_tokens: int,
-               step_lines: int = 16) -> Window:
+               step_lines: int = 16, within: tuple[int, int] | None = None) -> Window:
     """Prefix/suffix windows within token budgets, cut at whole lines.
 
     The prefix starts at a multiple of `step_lines` (the first one that fits the budget), so it
     keeps the same first line while the cursor moves down until the budget forces a jump.
+    `within` (first line, first line after): the window stays inside those lines (another
+    window's start_line and end_line, cut with the same step).
     """
+    low, high = within if within is not None else (0, len(cur.lines))
     head = cur.line_prefix
     used = count(head)
     if used > prefix_tokens:            # one huge line (minified code): keep its tail
         head = head[-prefix_tokens * CHARS_PER_TOKEN_FLOOR:]
         used = count(head)
     first = cur.line                   # first line that fits
-    while first > 0:
+    while first > low:
         n = count(cur.lines[first - 1] + "\n")
         if used + n > prefix_tokens:
             break
@@ -129,7 +132,7 @@ def cut_window(cur: Cursor, count: Callable[[str], int], prefix_tokens: int, suf
         s_used = count(tail)
     end = cur.line + 1
     parts = [tail]
-    while end < len(cur.lines):
+    while end < min(high, len(cur.lines)):
         n = count("\n" + cur.lines[end])
         if s_used + n > suffix_tokens:
             break

@@ -111,7 +111,8 @@ def completion_options(settings: Settings) -> CompletionOptions:
         suffix_tokens=settings.suffixTokens, extra_tokens=settings.extraTokens,
         multiline=settings.multiline, max_lines=settings.maxLines,
         max_new_tokens=settings.maxNewTokens, temperature=settings.temperature,
-        draft_length=settings.draftLength, time_budget_ms=settings.timeBudgetMs or None,
+        draft_length=settings.draftLength, draft_prompt_tokens=settings.draftPromptTokens,
+        time_budget_ms=settings.timeBudgetMs or None,
         stop_while_decoding=settings.stopWhileDecoding, draft_control=settings.draftControl,
         lookup_documents=settings.lookupDocuments)
 

@@ -123,6 +123,13 @@ class Settings:
         "auto", "The draft model's own prompt format (it may be another family than the target's).",
         f"`auto`, {_quoted(FIM_TEMPLATES)}",
         choices=("auto", *FIM_TEMPLATES))
+    draftPromptTokens: Any = _setting(
+        "auto", "Tokens of the draft model's prompt (its own tokens): the text nearest the cursor "
+        "within the target's window. `auto`: what the draft's config.json recommends "
+        "(`specfill_draft_prompt_tokens`; the shipped draft: 256, where it is accepted far more "
+        "often than with the whole window), else the whole window. Decoding stays lossless at "
+        "any value; `python -m bench.draft_window` compares values for your pair.",
+        "`auto` or an integer 16-32768", min=16, max=32768, keywords=("auto",))
     fimLayout: str = _setting(
         "auto", "Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix "
         "first, keeps the KV cache valid while typing); `auto` picks per template.",

@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     from engine import load_model
     from engine.engine import same_vocabulary
     from engine.models import ModelLoadError
-    from training.distill_data import DataWorkerFailed, draft_example, generate_in_workers
+    from completion.context import TokenCounter
+    from training.distill_data import DataWorkerFailed, draft_example, draft_prompt_cap, generate_in_workers
     from training.distill_eval import EvalSettings, measure, report_lines
 
     use_threads(args.threads, args.device)
@@ -320,7 +321,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
         print(f"{prog}: {e}", file=sys.stderr)
         return 1
     limit = draft.max_positions or 4096
-    examples = [ex for ex in (draft_example(d_template, s) for s in samples) if len(ex[0]) <= limit]
+    # the draft learns from the prompts the editor will give it (its config's prompt length)
+    cap, count = draft_prompt_cap(draft.model), TokenCounter(d_template.encode_infill)
+    examples = [ex for ex in (draft_example(d_template, s, cap, count) for s in samples) if len(ex[0]) <= limit]
     log(f"[data] {len(examples):,} draft examples, {sum(sum(m) for _, m in examples):,} answer tokens")
 
     settings = DistillSettings(lr=args.lr, batch_size=args.batch_size)

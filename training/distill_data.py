@@ -40,6 +40,34 @@ def prompt_ids(template, pos_prefix: str, pos_suffix: str, layout: str) -> list[
     return template.build(pos_prefix, pos_suffix, template.resolve_layout(layout))
 
 
+def draft_prompt_cap(model) -> int | None:
+    """How long a prompt the draft drafts best from (its config's specfill_draft_prompt_tokens,
+    as the completion pipeline reads it; None: the whole text)."""
+    from completion.pipeline import DRAFT_PROMPT_KEY, MIN_DRAFT_PROMPT_TOKENS
+
+    value = getattr(getattr(model, "config", None), DRAFT_PROMPT_KEY, None)
+    return value if isinstance(value, int) and value >= MIN_DRAFT_PROMPT_TOKENS else None
+
+
+def draft_prompt_ids(template, pos_prefix: str, pos_suffix: str, layout: str, cap: int | None,
+                     count=None) -> list[int]:
+    """The draft's prompt as the completion pipeline builds it: the text nearest the cursor
+    within `cap` of its tokens (completion.pipeline.draft_window, the editor's budgets and
+    window step), or all of it when `cap` is None. `count`: a TokenCounter to reuse."""
+    if cap is None:
+        return prompt_ids(template, pos_prefix, pos_suffix, layout)
+    from completion.context import TokenCounter, parse_document
+    from completion.pipeline import CompletionOptions, draft_window
+
+    options = CompletionOptions()
+    line = pos_prefix.count("\n")
+    cur = parse_document(pos_prefix + pos_suffix, line, len(pos_prefix) - (pos_prefix.rfind("\n") + 1))
+    window, _ = draft_window(cur, count or TokenCounter(template.encode_infill),
+                             (options.prefix_tokens, options.suffix_tokens if pos_suffix else 0, 0), cap,
+                             options.window_step_lines)
+    return prompt_ids(template, window.prefix, window.suffix if pos_suffix else "", layout)
+
+
 def pick_layout(template, kind: str, rng: random.Random) -> str:
     """Left to right for l2r; else the editor's layout two times in three, the other one the rest."""
     if kind == "l2r" or template.family == "plain":
@@ -238,10 +266,11 @@ def generate_in_workers(job: DataJob, workers: int, target, template, train_file
     return samples
 
 
-def draft_example(template, sample: Sample) -> tuple[list[int], list[int]]:
-    """(ids, is_answer) of one sample in the draft's own format: its prompt, then the target's
-    text in its tokens, then its end token where the target stopped."""
-    prompt = prompt_ids(template, sample.prefix, sample.suffix, sample.layout)
+def draft_example(template, sample: Sample, cap: int | None = None, count=None) -> tuple[list[int], list[int]]:
+    """(ids, is_answer) of one sample in the draft's own format: its prompt (as the pipeline
+    would build it: `draft_prompt_ids`), then the target's text in its tokens, then its end
+    token where the target stopped."""
+    prompt = draft_prompt_ids(template, sample.prefix, sample.suffix, sample.layout, cap, count)
     answer = template.encode_infill(sample.middle)
     if sample.ended:
         eos = template.tokenizer.eos_token_id

@@ -4,13 +4,20 @@ Every draft gets its own Engine (the same target, prompt lookup off, so the figu
 draft model's) and the same positions; requests alternate between the drafts position by
 position, so a busy machine slows them alike. Greedy, a fixed draft length (k = 4 by default).
 Acceptance = accepted / drafted tokens; tokens per target call = new tokens / target forward
-passes after the prefill.
+passes after the prefill. Each draft's prompt is cut as the editor cuts it (its config's
+specfill_draft_prompt_tokens; `--prompt-tokens` overrides it for every draft).
+
+    python -m training.distill_eval --eval-code DIR | --code DIR [--draft LABEL=DIR ...]
+        [--prompt-tokens auto|none|N] [--eval-positions 24] [--draft-length 4] [--eval-tokens 32]
+
+(the report of `python -m training.distill`, for drafts you already have: the positions are the
+same for the same --code, --eval-code, --held-out and --seed).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.distill_data import fit, prompt_ids
+from training.distill_data import draft_prompt_cap, draft_prompt_ids, fit
 from training.editor_positions import Position
 
 
@@ -49,6 +56,7 @@ class EvalSettings:
     max_new_tokens: int = 32
     device: str = "auto"
     threads: int = 0
+    prompt_tokens: int | str = "auto"   # the draft prompts' length: auto (each draft's config), none (all the text) or N
 
 
 @dataclass
@@ -61,6 +69,7 @@ def measure(target: str, drafts: dict[str, str], positions: list[Position],
             settings: EvalSettings, log=print) -> EvalResult:
     """Acceptance and tokens per target call of each draft (label -> model dir) at the positions
     (FIM in the editor's layout; `l2r` positions left to right)."""
+    from completion.context import TokenCounter
     from completion.templates import load_template
     from engine import Engine, EngineConfig, GenerationSettings
 
@@ -70,6 +79,10 @@ def measure(target: str, drafts: dict[str, str], positions: list[Position],
     first = next(iter(engines.values()))
     t_template = load_template(first.target.tokenizer)
     d_templates = {label: load_template(e.draft.tokenizer) for label, e in engines.items()}
+    caps = {label: (draft_prompt_cap(e.draft.model) if settings.prompt_tokens == "auto"   # as the editor cuts it
+                    else None if settings.prompt_tokens == "none" else settings.prompt_tokens)
+            for label, e in engines.items()}
+    counters = {label: TokenCounter(t.encode_infill) for label, t in d_templates.items()}
     gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, draft_length=settings.draft_length)
     limit = (first.target.max_positions or 4096) - settings.max_new_tokens
     result = EvalResult({label: {} for label in drafts})
@@ -81,7 +94,8 @@ def measure(target: str, drafts: dict[str, str], positions: list[Position],
         pos, target_ids = fitted
         texts = set()
         for label, engine in engines.items():
-            draft_ids = prompt_ids(d_templates[label], pos.prefix, pos.suffix, layout)
+            draft_ids = draft_prompt_ids(d_templates[label], pos.prefix, pos.suffix, layout,
+                                         caps[label], counters[label])
             out = engine.generate(target_ids, draft_ids, gen, stop_ids=t_template.stop_ids)
             texts.add(tuple(out.token_ids))
             for kind in (pos.kind, "all"):
@@ -102,3 +116,61 @@ def report_lines(result: EvalResult, k: int) -> list[str]:
             if t:
                 lines.append(f"| {label}, {kind} | {t.positions} | {t.acceptance:.3f} | {t.tokens_per_call:.2f} |")
     return lines
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m training.distill_eval") -> int:
+    import sys
+
+    from lsp.arguments import OneLineParser, number
+    from training.distill import EVAL_KINDS, eval_positions, use_threads
+    from training.editor_positions import read_sources, training_and_held_out
+
+    p = OneLineParser(prog=prog, description="Held-out acceptance of draft models at editor positions "
+                                             "(the report of training.distill).")
+    p.add_argument("--target", default="default")
+    p.add_argument("--draft", action="append", default=None,
+                   help="LABEL=DIR or DIR, repeatable (default: shipped=default)")
+    p.add_argument("--code", action="append", default=None,
+                   help="as given to training.distill (its held-out split; not needed with --eval-code)")
+    p.add_argument("--eval-code", action="append", default=None, help="the held-out folder(s)")
+    p.add_argument("--ext", action="append", default=None)
+    p.add_argument("--held-out", type=number(float, 0, 1, low_open=True), default=0.15)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-positions", type=number(int, 1), default=24, help="held-out positions per kind")
+    p.add_argument("--eval-tokens", type=number(int, 1), default=32)
+    p.add_argument("--draft-length", type=number(int, 1), default=4)
+    p.add_argument("--prompt-tokens", default="auto",
+                   help="draft prompts: auto (each draft's config), none (the whole text) or a token count")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=number(int, 0), default=0)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    cap = args.prompt_tokens
+    if cap not in ("auto", "none"):
+        if not cap.isdigit() or int(cap) < 16:
+            p.error(f"--prompt-tokens: expected auto, none or an integer >= 16, got {cap!r}")
+        cap = int(cap)
+    drafts = dict((d.split("=", 1) if "=" in d else (d, d)) for d in (args.draft or ["shipped=default"]))
+    ext = tuple(args.ext or (".py",))
+    if not args.code and not args.eval_code:
+        p.error("give --eval-code, or --code to hold out a share of")
+    try:
+        held = (read_sources(args.eval_code, ext) if args.eval_code
+                else training_and_held_out(args.code, None, ext, args.held_out, args.seed)[1])
+        if not held:
+            raise ValueError("no held-out files")
+    except (ValueError, FileNotFoundError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    use_threads(args.threads, args.device)
+    positions = eval_positions(held, args.eval_positions)
+    print(f"{len(positions)} held-out positions ({', '.join(EVAL_KINDS)}), k={args.draft_length}, "
+          f"draft prompts: {args.prompt_tokens}", flush=True)
+    result = measure(args.target, drafts, positions,
+                     EvalSettings(args.draft_length, args.eval_tokens, args.device, args.threads, cap))
+    print("\n".join(report_lines(result, args.draft_length)))
+    print(f"same output with every draft: {result.same_output}")
+    return 0 if result.same_output else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -32,6 +32,22 @@ def test_windows_respect_budgets_and_cut_at_lines():
     assert (whole.prefix, whole.suffix, whole.start_line) == ("a = 1\nb =", " 2\n", 0)
 
 
+def test_window_within_another_windows_lines():
+    """`within` keeps a window inside another's lines (the draft's inside the target's): a
+    bigger budget adds nothing beyond them, a smaller one cuts inside them."""
+    count = TokenCounter(target_template().encode_infill)
+    src = inspect.getsource(textwrap)
+    cur = parse_document(src, len(src.split("\n")) // 2, 4)
+    outer = cut_window(cur, count, prefix_tokens=300, suffix_tokens=100, step_lines=16)
+    lines = (outer.start_line, outer.end_line)
+    same = cut_window(cur, count, 3000, 1000, 16, within=lines)
+    assert (same.prefix, same.suffix) == (outer.prefix, outer.suffix)
+    inner = cut_window(cur, count, 100, 30, 16, within=lines)
+    assert outer.start_line < inner.start_line and inner.end_line < outer.end_line
+    assert outer.prefix.endswith(inner.prefix) and outer.suffix.startswith(inner.suffix)
+    assert inner == cut_window(cur, count, 100, 30, 16)      # a smaller budget: as without `within`
+
+
 def test_window_start_moves_in_coarse_steps_while_typing():
     t = target_template()
     count = TokenCounter(t.encode_infill)

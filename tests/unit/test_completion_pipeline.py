@@ -166,3 +166,53 @@ def test_large_budgets_shrink_to_fit_each_model(engines):
     prompts = pipe.build_prompts(URI, parse_document(big, 2000, 0), opts)
     assert len(prompts.target_ids) == pipe.last_stats["prompt_tokens"]
     assert 0 < len(prompts.draft_ids()) + 4 <= min(spec.config.max_cache_tokens, spec.draft.max_positions)
+
+
+
+
+LONG_DOC = "".join(f"x{i} = f({i})\n" for i in range(600))
+
+
+def _window_lines(engine: Engine, **options) -> tuple[set[int], set[int], int]:
+    """Which `xN = f(N)` lines of LONG_DOC the target's and the draft's prompts hold, with
+    the cursor on line 400, and the draft prompt's length."""
+    import re
+
+    prompts = CompletionPipeline(engine).build_prompts(URI, parse_document(LONG_DOC, 400, 9),
+                                                       CompletionOptions(max_new_tokens=64, **options))
+    def held(tokenizer, ids):
+        return {int(n) for n in re.findall(r"x(\d+) = f", tokenizer.decode(ids))}
+    draft_ids = prompts.draft_ids()
+    return held(engine.target.tokenizer, prompts.target_ids), held(engine.draft.tokenizer, draft_ids), len(draft_ids)
+
+
+def test_draft_prompt_holds_the_target_text_and_no_more(engines):
+    """The draft guesses what the target writes from the target's text: its prompt holds the
+    target window's lines as far as its own budgets allow, never lines the target does not
+    see. The shipped pair is the case that broke: the draft's context (1024 positions) is twice
+    the target's (512), and its own budgets gave it twice the target's text (its acceptance at
+    end-of-line positions: 0.28 with that prompt, 0.45 with the target's; bench/draft_window.py)."""
+    shipped = Engine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
+    assert shipped.draft.max_positions > shipped.target.max_positions
+    target_lines, draft_lines, _ = _window_lines(shipped, draft_prompt_tokens=32768)
+    assert 400 in target_lines and len(target_lines) > 20
+    assert draft_lines == target_lines
+    # the tiny pair (equal contexts, other tokenizers): inside the target's lines as well
+    target_lines, draft_lines, _ = _window_lines(engines[0])
+    assert 400 in draft_lines and draft_lines <= target_lines
+
+
+def test_draft_prompt_length_auto_is_what_the_draft_config_recommends(engines):
+    """draftPromptTokens auto: the shipped draft's config asks for 256 of its tokens (it is
+    accepted more often with the text nearest the cursor than with the whole window: README),
+    a draft whose config says nothing (the tiny pair's) gets the whole window; a number wins."""
+    shipped = Engine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
+    whole_target, whole, whole_len = _window_lines(shipped, draft_prompt_tokens=32768)
+    target_lines, near, near_len = _window_lines(shipped)
+    assert target_lines == whole_target and near < whole and near_len < whole_len
+    assert near == set(range(min(near), max(near) + 1)) and 400 in near   # the lines nearest the cursor
+    assert near_len <= 256 + 16
+    _, fewer, fewer_len = _window_lines(shipped, draft_prompt_tokens=64)
+    assert fewer < near and fewer_len <= 64 + 16 and 400 in fewer
+    target_lines, tiny, _ = _window_lines(engines[0])
+    assert tiny == _window_lines(engines[0], draft_prompt_tokens=32768)[1]

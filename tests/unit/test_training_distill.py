@@ -92,6 +92,36 @@ def test_draft_example_is_the_draft_prompt_then_the_target_text():
     assert draft_tok.decode([i for i, a in zip(ids, is_answer) if a]) == "return x"
 
 
+
+def test_a_capped_draft_prompt_is_the_text_nearest_the_cursor_as_the_editor_cuts_it():
+    """Distillation trains, and its report measures, the draft on the prompts the editor gives it
+    (completion.pipeline.draft_window): with a cap, the lines nearest the cursor within it."""
+    from completion.context import parse_document
+    from completion.pipeline import CompletionOptions, draft_window
+    from completion.templates import load_template
+    from tests.tiny_models import tiny_tokenizers
+    from training.distill_data import Sample, draft_example, draft_prompt_ids, prompt_ids
+
+    _, draft_tok = tiny_tokenizers()
+    t = load_template(draft_tok)
+    prefix = "".join(f"value_{i} = compute({i})\n" for i in range(200)) + "    "
+    suffix = "\n" + "".join(f"other_{i} = {i}\n" for i in range(50))
+    whole = prompt_ids(t, prefix, suffix, "spm")
+    assert draft_prompt_ids(t, prefix, suffix, "spm", None) == whole
+    capped = draft_prompt_ids(t, prefix, suffix, "spm", 128)
+    assert len(capped) <= 128 + 8 < len(whole)
+    text = draft_tok.decode(capped)
+    assert "value_199 = compute(199)" in text and "value_0 = " not in text and "other_0 = 0" in text
+    options = CompletionOptions()
+    cur = parse_document(prefix + suffix, 200, 4)
+    window, _ = draft_window(cur, lambda s: len(t.encode_infill(s)),
+                             (options.prefix_tokens, options.suffix_tokens, 0), 128, options.window_step_lines)
+    assert capped == t.build(window.prefix, window.suffix, "spm")
+    s = Sample("eol", "spm", prefix, suffix, "return x", ended=False)
+    ids, is_answer = draft_example(t, s, 128)
+    assert ids[:len(capped)] == capped and draft_tok.decode([i for i, a in zip(ids, is_answer) if a]) == "return x"
+
+
 # --- token-level KL (training/distill.py, when the draft shares the target's vocabulary) ---------
 
 import functools  # noqa: E402

@@ -78,6 +78,13 @@ M.defaults = {
   --       The draft model's own prompt format (it may be another family than the target's).
   --       Allowed: `auto`, `codellama`, `starcoder`, `starcoder2`, `deepseek`, `qwen`, `codegemma`,
   --       `codestral`, `plain`.
+  --   draftPromptTokens = "auto"
+  --       Tokens of the draft model's prompt (its own tokens): the text nearest the cursor within
+  --       the target's window. `auto`: what the draft's config.json recommends
+  --       (`specfill_draft_prompt_tokens`; the shipped draft: 256, where it is accepted far more
+  --       often than with the whole window), else the whole window. Decoding stays lossless at any
+  --       value; `python -m bench.draft_window` compares values for your pair. Allowed: `auto` or
+  --       an integer 16-32768.
   --   fimLayout = "auto"
   --       Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix first, keeps
   --       the KV cache valid while typing); `auto` picks per template. Allowed: `auto`, `psm`,

@@ -51,6 +51,15 @@ def test_distill_raises_held_out_acceptance(tmp_path: Path):
     # Measured here: 0.02 -> 0.63 (the tiny draft was never trained on its target's habits).
     assert after["acceptance"] >= before["acceptance"] + 0.25, report
     assert after["tokens_per_target_call"] > before["tokens_per_target_call"], report
+    # The report again, from the evaluation command alone: the same positions, the same figures.
+    again = subprocess.run(
+        [sys.executable, "-m", "training.distill_eval", "--target", target, "--draft", f"before={draft}",
+         "--draft", f"after={out}", "--code", str(code), "--held-out", "0.3", "--seed", "0",
+         "--eval-positions", "8", "--eval-tokens", "24", "--threads", "1", "--device", "cpu"],
+        capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    for label, tally in (("before", before), ("after", after)):
+        assert f"| {label}, all | 16 | {tally['acceptance']:.3f} |" in again.stdout, again.stdout
 
 
 def test_a_data_worker_that_fails_ends_the_command_with_one_line_and_keeps_the_others_samples(tmp_path: Path):

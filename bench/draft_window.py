@@ -22,41 +22,35 @@ every prompt gives the target's text.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import add_model_options, bench_parser, usage_error
 from lsp.arguments import number
+from training.distill_eval import Tally
 
 PROG = "python -m bench.draft_window"
 
 
 @dataclass
-class Tally:
-    drafted: int = 0
-    accepted: int = 0
-    rounds: int = 0
-    new_tokens: int = 0
+class Row:
+    """One draft prompt's figures over the positions: acceptance and tokens per target call as
+    the distillation report counts them, and what the prompt cost."""
+    tally: Tally = field(default_factory=Tally)
     prompt_tokens: int = 0
     draft_ms: float = 0.0
     latency_ms: float = 0.0
-    requests: int = 0
 
     def add(self, stats, prompt_tokens: int) -> None:
-        self.drafted += stats.drafted
-        self.accepted += stats.accepted
-        self.rounds += stats.rounds
-        self.new_tokens += stats.new_tokens
+        self.tally.add(stats)
         self.prompt_tokens += prompt_tokens
         self.draft_ms += stats.draft_ms
         self.latency_ms += stats.latency_ms
-        self.requests += 1
 
     def line(self, name: str) -> str:
-        n = max(1, self.requests)
-        return (f"| {name} | {self.accepted / max(1, self.drafted):.3f} | "
-                f"{self.new_tokens / max(1, self.rounds):.2f} | {self.prompt_tokens / n:.0f} | "
-                f"{self.draft_ms / n:.1f} | {self.latency_ms / n:.0f} |")
+        n = max(1, self.tally.positions)
+        return (f"| {name} | {self.tally.acceptance:.3f} | {self.tally.tokens_per_call:.2f} | "
+                f"{self.prompt_tokens / n:.0f} | {self.draft_ms / n:.1f} | {self.latency_ms / n:.0f} |")
 
 
 def main(argv=None) -> int:
@@ -97,14 +91,14 @@ def main(argv=None) -> int:
                  + real_positions(args.max_files, args.per_file))
     names = {"own": "draft's own budgets", "window": "target's window",
              "auto": f"auto ({pipe.draft_prompt_tokens(base) or 'window'})"}
-    tallies = {v: Tally() for v in variants}
+    rows = {v: Row() for v in variants}
     same = 0
     for i, pos in enumerate(positions):
         uri = f"file:///bench/draft-window/{i}/{pos.file}"
         cur = parse_document(pos.text, pos.line, pos.character)
         prompts = pipe.build_prompts(uri, cur, base)
         texts = set()
-        for v, tally in tallies.items():
+        for v, row in rows.items():
             if v == "own":
                 draft_ids = pipe._prompt(draft_template, engine.draft, uri, cur, base, prompts.draft_layout,
                                          uri_to_path(uri))[0]
@@ -113,15 +107,15 @@ def main(argv=None) -> int:
                 draft_ids = pipe.build_prompts(uri, cur, dataclasses.replace(base, draft_prompt_tokens=cap)).draft_ids()
             engine.clear_caches()
             out = engine.generate(prompts.target_ids, draft_ids, gen, stop_ids=prompts.target.stop_ids)
-            tally.add(out.stats, len(draft_ids))
+            row.add(out.stats, len(draft_ids))
             texts.add(tuple(out.token_ids))
         same += len(texts) == 1
     print(f"Draft prompt: end of line, {len(positions)} positions; target {args.target}, draft {args.draft}, "
           f"draft length {args.draft_length}, prompt lookup off\n")
     print("| draft prompt | acceptance | tokens / target call | draft prompt tokens | drafting ms | request ms |")
     print("|---|---|---|---|---|---|")
-    for v, tally in tallies.items():
-        print(tally.line(names.get(v, f"{v} tokens")))
+    for v, row in rows.items():
+        print(row.line(names.get(v, f"{v} tokens")))
     print(f"\nsame output with every prompt: {same}/{len(positions)}")
     return 0 if same == len(positions) else 1
 

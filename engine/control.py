@@ -298,6 +298,18 @@ class FirstPassCost:
         self.sum_y, self.sum_xy = self.sum_y * DECAY + ms, self.sum_xy * DECAY + x * ms
 
 
+@dataclass(frozen=True)
+class LookupOffer:
+    """What prompt lookup offers a round: a proposal of `tokens` (0: none), found in `source`
+    (Draft.source) after `match` matched tokens, and its other proposal, which shares its first
+    `other_from` tokens with that one and then has `other_tokens` of its own (0: none)."""
+    tokens: int = 0
+    match: int = 0
+    source: str = ""
+    other_tokens: int = 0
+    other_from: int = 0
+
+
 @dataclass
 class Plan:
     drafter: str      # "none", "lookup", "model", "tree" (lookup and model in one pass) or
@@ -356,30 +368,27 @@ class DraftController:
         name = lookup_class(match, source)
         return self.lookup if name is None else self.lookup_by_class[name]
 
-    def plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool = True,
-             tree_ok: bool = False, lookup_match: int = 0, lookup_source: str = "",
-             model_behind: int = 0, other_tokens: int = 0, other_from: int = 0) -> Plan:
-        """The best round given a lookup proposal of `lookup_tokens` (0: none) found in
-        `lookup_source` after `lookup_match` matched tokens, whether a draft model is there,
+    def plan(self, lookup: LookupOffer, has_model: bool, max_k: int, model_ready: bool = True,
+             tree_ok: bool = False, model_behind: int = 0) -> Plan:
+        """The best round given what prompt `lookup` offers, whether a draft model is there,
         whether it has already begun this request (else its prefill is part of this round's
-        cost), how many tokens were written since it last ran (it catches up on them first),
-        whether the target can verify a tree, and lookup's other proposal: it shares its first
-        `other_from` tokens with the first and then has `other_tokens` of its own (0: none)."""
-        plan = self._plan(lookup_tokens, has_model, max_k, model_ready, tree_ok,
-                          self.lookup_estimate(lookup_match, lookup_source), model_behind,
-                          other_tokens if tree_ok else 0, other_from)
-        plan.lookup_match, plan.lookup_source = lookup_match, lookup_source
+        cost), how many tokens were written since it last ran (it catches up on them first) and
+        whether the target can verify a tree."""
+        plan = self._plan(lookup if tree_ok else replace(lookup, other_tokens=0),
+                          self.lookup_estimate(lookup.match, lookup.source), has_model, max_k, model_ready,
+                          tree_ok, model_behind)
+        plan.lookup_match, plan.lookup_source = lookup.match, lookup.source
         return plan
 
-    def _plan(self, lookup_tokens: int, has_model: bool, max_k: int, model_ready: bool, tree_ok: bool,
-              lookup_est: DrafterEstimate, model_behind: int, other_tokens: int, other_from: int) -> Plan:
+    def _plan(self, lookup: LookupOffer, lookup_est: DrafterEstimate, has_model: bool, max_k: int,
+              model_ready: bool, tree_ok: bool, model_behind: int) -> Plan:
         max_k = min(max_k, MAX_K)
         model_unmeasured = self.model.step_ms is None or self.model.begin_ms is None
         if has_model and max_k > 0 and model_unmeasured:   # measure the draft model once first
             return Plan("model", min(4, max_k), 0.0)
         if not self.verify.seen:    # no costs known yet: measure a round first
-            return Plan("lookup", min(lookup_tokens, max_k), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-        lookup_k = min(lookup_tokens, max_k)
+            return Plan("lookup", min(lookup.tokens, max_k), 0.0) if lookup.tokens else Plan("none", 0, 0.0)
+        lookup_k = min(lookup.tokens, max_k)
         # self.verify(w) (at least 1e-6) for every width a chain or a tree of these lengths has
         verify = self.verify.widths(2 + lookup_k + max_k)
         l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
@@ -394,8 +403,8 @@ class DraftController:
         best_lookup = Plan("lookup", best_k, best_rate) if best_k else None
         if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
             best = best_lookup
-        best_pair = self._best_pair(l_sums, l_chains, other_from, min(other_tokens, max_k), verify) \
-            if lookup_k > other_from and other_tokens else None
+        best_pair = self._best_pair(l_sums, l_chains, lookup.other_from, min(lookup.other_tokens, max_k), verify) \
+            if lookup_k > lookup.other_from and lookup.other_tokens else None
         if best_pair is not None and best_pair.expected_rate > best.expected_rate:
             best = best_pair
         best_model = None

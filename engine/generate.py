@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .control import DraftController, DraftWork, Plan
+from .control import DraftController, DraftWork, LookupOffer, Plan
 from .drafters import Draft, Drafter, Sampling
 from .lookup import NgramDrafter
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
@@ -61,25 +61,22 @@ class DraftMemory:
     heuristic: DraftLength = field(default_factory=DraftLength)
 
 
-def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings,
-               lookup_tokens: int, max_k: int, model_ready: bool = True, tree_ok: bool = False,
-               lookup_match: int = 0, lookup_source: str = "", model_behind: int = 0,
-               other_tokens: int = 0, other_from: int = 0) -> Plan:
+def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings, lookup: LookupOffer,
+               max_k: int, model_ready: bool = True, tree_ok: bool = False, model_behind: int = 0) -> Plan:
     """Which drafter drafts this round, and how many tokens (trees only under the controller)."""
     if max_k <= 0:
         return Plan("none", 0, 0.0)
     if settings.draft_length != "auto":        # a fixed number means that number
         k = min(int(settings.draft_length), max_k)
-        if lookup_tokens and (lookup_tokens >= k or drafters.model is None):
-            return Plan("lookup", min(k, lookup_tokens), 0.0)
+        if lookup.tokens and (lookup.tokens >= k or drafters.model is None):
+            return Plan("lookup", min(k, lookup.tokens), 0.0)
         return Plan("model", k, 0.0) if drafters.model is not None else Plan("none", 0, 0.0)
     if settings.draft_control == "heuristic":  # one drafter, the old rule
         k = min(memory.heuristic.k, max_k)
         if drafters.model is not None:
             return Plan("model", k, 0.0)
-        return Plan("lookup", min(k, lookup_tokens), 0.0) if lookup_tokens else Plan("none", 0, 0.0)
-    return memory.controller.plan(lookup_tokens, drafters.model is not None, max_k, model_ready, tree_ok,
-                                  lookup_match, lookup_source, model_behind, other_tokens, other_from)
+        return Plan("lookup", min(k, lookup.tokens), 0.0) if lookup.tokens else Plan("none", 0, 0.0)
+    return memory.controller.plan(lookup, drafters.model is not None, max_k, model_ready, tree_ok, model_behind)
 
 
 def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
@@ -312,8 +309,8 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     # it); it shares its first `shared` tokens with the one taken, then branches
     other = _cut_at_stop(found.other.tokens, d, vocab, stop_check, None) if found.other is not None else []
     shared = common_prefix_len(lookup, other)
-    plan = plan_round(d.drafters, memory, settings, len(lookup), max_k, d.model_begun, tree_ok, found.match,
-                      found.source, d.model_behind, len(other) - shared, shared)
+    offer = LookupOffer(len(lookup), found.match, found.source, len(other) - shared, shared)
+    plan = plan_round(d.drafters, memory, settings, offer, max_k, d.model_begun, tree_ok, d.model_behind)
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
     # cost (counted in draft_ms, from which the controller learns a draft step's price).
     t1 = time.perf_counter()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.control import MAX_K, PROBE_EVERY, DraftController, DrafterEstimate, DraftWork, Plan
+from engine.control import MAX_K, PROBE_EVERY, DraftController, DraftWork, DrafterEstimate, LookupOffer, Plan
 
 
 def controller(verify_one=4.0, per_token=0.2, model_step=0.5) -> DraftController:
@@ -27,7 +27,7 @@ def test_no_draft_when_the_draft_is_never_right():
     c = controller()
     for _ in range(50):
         c.model.record(4, 4, 0, 2.0)
-    plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+    plan = c.plan(LookupOffer(0), has_model=True, max_k=16)
     assert (plan.drafter, plan.k) == ("none", 0)
 
 
@@ -35,7 +35,7 @@ def test_long_model_drafts_when_they_are_cheap_and_right():
     c = controller(model_step=0.1)
     for _ in range(50):
         c.model.record(8, 8, 8, 0.8)
-    plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+    plan = c.plan(LookupOffer(0), has_model=True, max_k=16)
     assert plan.drafter == "model" and plan.k >= 8
 
 
@@ -43,7 +43,7 @@ def test_an_expensive_draft_loses_to_plain_decoding():
     c = controller(verify_one=1.0, per_token=0.01, model_step=5.0)
     for _ in range(50):
         c.model.record(4, 4, 2, 20.0)
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16).drafter == "none"
 
 
 def test_a_good_lookup_proposal_beats_the_model():
@@ -51,9 +51,9 @@ def test_a_good_lookup_proposal_beats_the_model():
     for _ in range(50):
         c.lookup.record(6, 6, 6, 0.0)
         c.model.record(4, 4, 1, 4.0)
-    plan = c.plan(lookup_tokens=6, has_model=True, max_k=16)
+    plan = c.plan(LookupOffer(6), has_model=True, max_k=16)
     assert (plan.drafter, plan.k) == ("lookup", 6)
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter != "lookup"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16).drafter != "lookup"
 
 
 def test_a_losing_draft_model_is_probed_again():
@@ -62,7 +62,7 @@ def test_a_losing_draft_model_is_probed_again():
         c.model.record(4, 4, 0, 2.0)
     plans = []
     for _ in range(PROBE_EVERY + 1):
-        plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+        plan = c.plan(LookupOffer(0), has_model=True, max_k=16)
         plans.append(plan.drafter)
         c.record(plan, 0, 0, 0.0, 4.0)
     assert plans[:PROBE_EVERY] == ["none"] * PROBE_EVERY and plans[-1] == "model"
@@ -72,8 +72,8 @@ def test_the_draft_never_outruns_the_budget():
     c = controller(model_step=0.01)
     for _ in range(50):
         c.model.record(8, 8, 8, 0.08)
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=3).k <= 3
-    assert c.plan(lookup_tokens=5, has_model=False, max_k=0).drafter == "none"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=3).k <= 3
+    assert c.plan(LookupOffer(5), has_model=False, max_k=0).drafter == "none"
 
 
 def test_one_slow_measurement_cannot_shut_drafting_off():
@@ -82,11 +82,11 @@ def test_one_slow_measurement_cannot_shut_drafting_off():
     c = controller(verify_one=4.0, per_token=0.2)
     for _ in range(20):
         c.lookup.record(4, 4, 3, 0.0)
-    c.record(c.plan(lookup_tokens=4, has_model=False, max_k=16), 4, 3, 0.0, 500.0)   # one 500 ms verify
+    c.record(c.plan(LookupOffer(4), has_model=False, max_k=16), 4, 3, 0.0, 500.0)   # one 500 ms verify
     assert c.verify.per_token_ms < 1.0
     plans = []
     for _ in range(2 * PROBE_EVERY):
-        plan = c.plan(lookup_tokens=4, has_model=False, max_k=16)
+        plan = c.plan(LookupOffer(4), has_model=False, max_k=16)
         plans.append(plan.drafter)
         c.record(plan, plan.k, plan.k if plan.drafter == "lookup" else 0, 0.0, 4.0 + 0.2 * plan.k)
     assert plans[-1] == "lookup" and plans.count("lookup") > PROBE_EVERY
@@ -99,13 +99,13 @@ def test_the_draft_models_prefill_counts_until_it_has_begun():
     c.model.begin_ms = 200.0
     for _ in range(50):
         c.model.record(8, 8, 8, 0.8)
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_ready=False).drafter == "none"
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_ready=True).drafter == "model"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16, model_ready=False).drafter == "none"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16, model_ready=True).drafter == "model"
 
 
 def test_an_unmeasured_draft_model_is_tried_first():
     c = DraftController()
-    plan = c.plan(lookup_tokens=5, has_model=True, max_k=16, model_ready=False)
+    plan = c.plan(LookupOffer(5), has_model=True, max_k=16, model_ready=False)
     assert plan.drafter == "model"
     c.record(plan, 4, 2, 3.0, 6.0, begin_ms=20.0)
     assert (c.model.step_ms, c.model.begin_ms) == (0.75, 20.0)
@@ -120,8 +120,8 @@ def test_a_long_lookup_match_drafts_long_and_a_short_one_does_not():
     for _ in range(60):
         c.record(Plan("lookup", 8, 0.0, lookup_match=12), 8, 8, 0.0, 13.0)
         c.record(Plan("lookup", 8, 0.0, lookup_match=1), 8, 0, 0.0, 13.0)
-    long_plan = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12)
-    short_plan = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=1)
+    long_plan = c.plan(LookupOffer(8, match=12), has_model=False, max_k=16)
+    short_plan = c.plan(LookupOffer(8, match=1), has_model=False, max_k=16)
     assert (long_plan.drafter, long_plan.k, long_plan.lookup_match) == ("lookup", 8, 12)
     assert short_plan.drafter == "none"
     by_match = c.summary()["lookup_by_class"]
@@ -139,9 +139,9 @@ def test_copies_from_the_documents_keep_their_own_estimate():
     for _ in range(60):
         c.record(Plan("lookup", 8, 0.0, lookup_match=12, lookup_source="document"), 8, 2, 0.0, 13.0)
         c.record(Plan("lookup", 8, 0.0, lookup_match=12, lookup_source="prompt"), 8, 8, 0.0, 13.0)
-    doc = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12, lookup_source="document")
-    other = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12, lookup_source="open documents")
-    prompt = c.plan(lookup_tokens=8, has_model=False, max_k=16, lookup_match=12, lookup_source="prompt")
+    doc = c.plan(LookupOffer(8, match=12, source="document"), has_model=False, max_k=16)
+    other = c.plan(LookupOffer(8, match=12, source="open documents"), has_model=False, max_k=16)
+    prompt = c.plan(LookupOffer(8, match=12, source="prompt"), has_model=False, max_k=16)
     assert (doc.drafter, doc.k, doc.lookup_source) == ("lookup", 2, "document")
     assert (other.drafter, other.k) == ("lookup", 2)       # one class for every document
     assert (prompt.drafter, prompt.k) == ("lookup", 8)
@@ -159,7 +159,7 @@ def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them(
         c.model.record(4, 4, 0, 2.0)
     probes = []
     for i in range(PROBE_EVERY * 31 + 200):
-        plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+        plan = c.plan(LookupOffer(0), has_model=True, max_k=16)
         if plan.drafter == "model":
             assert plan.probe
             probes.append(i)
@@ -168,12 +168,12 @@ def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them(
     assert gaps[:5] == [PROBE_EVERY, 2 * PROBE_EVERY, 4 * PROBE_EVERY, 8 * PROBE_EVERY, MAX_PROBE_EVERY]
     assert c.summary()["probe_every"]["model"] == MAX_PROBE_EVERY
     # the text changes: the model is right every time now; the next probe finds it out
-    while (plan := c.plan(lookup_tokens=0, has_model=True, max_k=16)).drafter != "model":
+    while (plan := c.plan(LookupOffer(0), has_model=True, max_k=16)).drafter != "model":
         c.record(plan, 0, 0, 0.0, 4.0)
     c.record(plan, plan.k, plan.k, 2.0 * plan.k, 4.0 + 0.2 * plan.k)
     for _ in range(20):     # what the next rounds would measure
         c.model.record(4, 4, 4, 8.0)
-    plan = c.plan(lookup_tokens=0, has_model=True, max_k=16)
+    plan = c.plan(LookupOffer(0), has_model=True, max_k=16)
     assert plan.drafter == "model" and not plan.probe
     c.record(plan, plan.k, plan.k, 2.0 * plan.k, 4.0 + 0.2 * plan.k)
     assert c.probe_every["model"] == PROBE_EVERY
@@ -231,10 +231,10 @@ def test_the_verify_cost_follows_a_cost_that_grows_by_doublings():
         c.lookup.record(16, 16, 16, 0.0)
         for right in (1, 0, 0, 0, 0):   # right one time in five
             c.lookup_by_class["match 1-2"].record(1, 1, right, 0.0)
-    assert c.plan(lookup_tokens=1, has_model=False, max_k=16, lookup_match=1).drafter == "none"
+    assert c.plan(LookupOffer(1, match=1), has_model=False, max_k=16).drafter == "none"
     for _ in range(200):
         c.lookup_by_class["match 6+"].record(16, 16, 15, 0.0)
-    assert c.plan(lookup_tokens=16, has_model=False, max_k=16, lookup_match=8).k >= 14
+    assert c.plan(LookupOffer(16, match=8), has_model=False, max_k=16).k >= 14
 
 
 def test_unmeasured_draft_positions_follow_the_measured_ones():
@@ -246,7 +246,7 @@ def test_unmeasured_draft_positions_follow_the_measured_ones():
         c.model.record(1, 1, 0, 0.2)        # one-token drafts, rejected at once
     assert c.model.p(0) < 0.1
     assert c.model.p(5) == pytest.approx(c.model.p(0), abs=0.02)
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16).drafter == "none"
 
 
 def test_a_draft_models_step_is_priced_by_its_passes_and_its_first_pass_apart():
@@ -286,5 +286,5 @@ def test_catching_up_on_a_long_stretch_keeps_a_cheap_draft_model_out():
         c.model.record(8, 8, 8, 0.8)
     c.model_first.record(1, 0.1)
     c.model_first.record(41, 80.1)    # 2 ms a token caught up on
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_behind=0).drafter == "model"
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, model_behind=40).drafter == "none"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16, model_behind=0).drafter == "model"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16, model_behind=40).drafter == "none"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.control import DraftController, Plan
+from engine.control import DraftController, LookupOffer, Plan
 
 
 def controller(verify_one=4.0, per_token=0.05, model_step=0.1, lookup_rate=0.5, model_rate=0.5) -> DraftController:
@@ -25,7 +25,7 @@ def controller(verify_one=4.0, per_token=0.05, model_step=0.1, lookup_rate=0.5, 
 def test_the_tree_formula():
     """E = 1 + sum L_i + sum M_i - sum_{i <= min} L_i M_i for independent chains."""
     c = controller(per_token=0.0, model_step=0.0, lookup_rate=0.5, model_rate=0.5)
-    plan = c.plan(lookup_tokens=2, has_model=True, max_k=2, tree_ok=True)
+    plan = c.plan(LookupOffer(2), has_model=True, max_k=2, tree_ok=True)
     expected = 1 + (0.5 + 0.25) + (0.5 + 0.25) - (0.25 + 0.0625)
     assert (plan.drafter, plan.lookup_k, plan.k) == ("tree", 2, 2)
     assert plan.expected_rate == pytest.approx(expected / c.verify(1), rel=1e-4)
@@ -33,35 +33,35 @@ def test_the_tree_formula():
 
 def test_a_tree_pays_when_both_chains_are_half_right_and_width_is_cheap():
     c = controller()
-    plan = c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=True)
+    plan = c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True)
     assert plan.drafter == "tree" and plan.lookup_k >= 1 and plan.k >= 1
-    chain = c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=False)
+    chain = c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=False)
     assert chain.drafter in ("lookup", "model") and plan.expected_rate > chain.expected_rate
 
 
 def test_no_tree_without_a_target_that_can_verify_one_or_a_lookup_proposal():
     c = controller()
-    assert c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=False).drafter != "tree"
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, tree_ok=True).drafter != "tree"
-    assert c.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True).drafter != "tree"
+    assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=False).drafter != "tree"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16, tree_ok=True).drafter != "tree"
+    assert c.plan(LookupOffer(6), has_model=False, max_k=16, tree_ok=True).drafter != "tree"
 
 
 def test_no_tree_when_the_model_never_agrees():
     c = controller(model_rate=0.0, lookup_rate=0.7)
-    plan = c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=True)
+    plan = c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True)
     assert plan.drafter == "lookup"
 
 
 def test_no_draft_at_all_when_drafting_cannot_pay():
     c = controller(verify_one=1.0, per_token=0.5, model_step=2.0, lookup_rate=0.05, model_rate=0.05)
-    assert c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=True).drafter == "none"
+    assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter == "none"
 
 
 def test_costly_width_keeps_trees_off():
     """Each node of a tree costs verify width: when a wider pass costs much more, the two
     chains are not worth scoring together."""
     c = controller(verify_one=4.0, per_token=1.5)
-    assert c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=True).drafter != "tree"
+    assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter != "tree"
 
 
 def test_a_tree_round_measures_the_verify_cost_of_its_width():
@@ -71,7 +71,7 @@ def test_a_tree_round_measures_the_verify_cost_of_its_width():
         c.lookup.evaluated, c.lookup.accepted = [1e6] * 16, [5e5] * 16   # keep the chains' estimates
         c.model.evaluated, c.model.accepted = [1e6] * 16, [5e5] * 16
     assert c.verify(9) > 16.0    # measured 20 ms at width 9
-    assert c.plan(lookup_tokens=6, has_model=True, max_k=16, tree_ok=True).drafter != "tree"
+    assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter != "tree"
 
 
 def test_a_tree_round_teaches_both_chains_and_is_counted():

@@ -110,7 +110,7 @@ def test_the_controller_plans_with_exactly_the_catch_up_the_draft_then_does():
 
     def recording_plan(*args):
         p = plan(*args)
-        planned.append((p.drafter, args[7]))    # model_behind, as plan_round passes it
+        planned.append((p.drafter, args[5]))    # model_behind, as plan_round passes it
         return p
     controller.plan = recording_plan
     propose = same.drafters.model.propose

@@ -2,6 +2,7 @@
 import pytest
 
 from engine import Engine, EngineConfig, GenerationSettings
+from engine.control import LookupOffer
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 
 CODE = [
@@ -136,7 +137,7 @@ def test_controller_stops_drafting_with_a_draft_that_never_agrees(engines):
         for kind, n in got.stats.rounds_by_drafter.items():
             rounds[kind] += n
     assert memory.controller.model.p(0) < memory.controller.model.prior / 2      # it measured the draft
-    assert memory.controller.plan(lookup_tokens=0, has_model=True, max_k=16).drafter == "none"
+    assert memory.controller.plan(LookupOffer(0), has_model=True, max_k=16).drafter == "none"
     assert rounds["none"] > 3 * rounds["model"] > 0, rounds     # gave up, but probed
 
 

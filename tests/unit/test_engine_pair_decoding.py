@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettings, KVPool, speculative_generate
-from engine.control import OTHER_PRIOR, DraftController, VerifyCost
+from engine.control import OTHER_PRIOR, DraftController, LookupOffer, VerifyCost
 from engine.datastore import Datastore, save
 from engine.lookup import NgramDrafter
 from tests.tiny_models import tiny_pair_dirs
@@ -60,35 +60,35 @@ def test_lookup_leaves_the_other_proposal_only_where_they_part(tmp_path):
 
 def test_the_controller_pairs_while_the_other_proposal_pays():
     c = pair_memory().controller
-    plan = c.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True, other_tokens=4)
+    plan = c.plan(LookupOffer(6, other_tokens=4), has_model=False, max_k=16, tree_ok=True)
     assert (plan.drafter, plan.k, plan.other_k) == ("pair", 6, 4)
-    assert c.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=False, other_tokens=4).drafter == "lookup"
-    assert c.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True).drafter == "lookup"
+    assert c.plan(LookupOffer(6, other_tokens=4), has_model=False, max_k=16, tree_ok=False).drafter == "lookup"
+    assert c.plan(LookupOffer(6), has_model=False, max_k=16, tree_ok=True).drafter == "lookup"
     # measured: the other proposal is never right, and a wider pass costs more -> no more pairs
     live = DraftController(verify=VerifyCost(one_ms=1.0, per_doubling_ms=0.3, seen=True))
     for _ in range(30):
-        plan = live.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True, other_tokens=4)
+        plan = live.plan(LookupOffer(6, other_tokens=4), has_model=False, max_k=16, tree_ok=True)
         if plan.drafter == "pair":
             live.record_pair(plan, (plan.k, plan.k), (plan.other_k, 0), 1 + plan.k + plan.other_k,
                              live.verify(1 + plan.k + plan.other_k))
         else:
             live.record(plan, plan.k, plan.k, 0.0, live.verify(1 + plan.k))
     assert live.lookup_other.p(0) < OTHER_PRIOR / 2     # it measured the other proposal
-    assert live.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True, other_tokens=4).drafter == "lookup"
+    assert live.plan(LookupOffer(6, other_tokens=4), has_model=False, max_k=16, tree_ok=True).drafter == "lookup"
     assert live.summary()["rounds_by_kind"]["pair"] >= 1
 
 
 def test_a_pair_that_parts_later_pays_for_what_reaches_its_branch():
     c = pair_memory().controller
-    plan = c.plan(lookup_tokens=6, has_model=False, max_k=16, tree_ok=True, other_tokens=4, other_from=2)
+    plan = c.plan(LookupOffer(6, other_tokens=4, other_from=2), has_model=False, max_k=16, tree_ok=True)
     assert (plan.drafter, plan.k, plan.other_k, plan.other_from) == ("pair", 6, 4, 2)
     # the taken chain must reach past the shared tokens, else the tree is one chain
-    assert c.plan(lookup_tokens=2, has_model=False, max_k=16, tree_ok=True, other_tokens=4,
-                  other_from=2).drafter == "lookup"
+    assert c.plan(LookupOffer(2, other_tokens=4, other_from=2), has_model=False, max_k=16,
+                  tree_ok=True).drafter == "lookup"
     # each verified token costs: a branch the target seldom gets to (the taken chain's products
     # up to it, 0.5 a position here) no longer pays, one at the root still does
     c.verify = VerifyCost(one_ms=1.0, per_token_ms=0.1, seen=True)
-    at = {s: c.plan(lookup_tokens=16, has_model=False, max_k=16, tree_ok=True, other_tokens=4, other_from=s)
+    at = {s: c.plan(LookupOffer(16, other_tokens=4, other_from=s), has_model=False, max_k=16, tree_ok=True)
           for s in (0, 1, 2, 8)}
     assert [at[s].drafter for s in (0, 1, 2, 8)] == ["pair", "pair", "lookup", "lookup"]
     assert at[1].other_from == 1 and at[1].k > 1

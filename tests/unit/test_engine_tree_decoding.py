@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettings, KVPool, speculative_generate
-from engine.control import DraftController, VerifyCost
+from engine.control import DraftController, LookupOffer, VerifyCost
 from engine.lookup import NgramDrafter
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
@@ -32,10 +32,10 @@ def tree_memory() -> DraftMemory:
 
 def test_the_frozen_controller_plans_a_tree_whenever_both_draft():
     c = tree_memory().controller
-    plan = c.plan(lookup_tokens=5, has_model=True, max_k=16, tree_ok=True)
+    plan = c.plan(LookupOffer(5), has_model=True, max_k=16, tree_ok=True)
     assert (plan.drafter, plan.lookup_k, plan.k) == ("tree", 5, 16)
-    assert c.plan(lookup_tokens=5, has_model=True, max_k=16, tree_ok=False).drafter == "model"
-    assert c.plan(lookup_tokens=0, has_model=True, max_k=16, tree_ok=True).drafter == "model"
+    assert c.plan(LookupOffer(5), has_model=True, max_k=16, tree_ok=False).drafter == "model"
+    assert c.plan(LookupOffer(0), has_model=True, max_k=16, tree_ok=True).drafter == "model"
 
 
 @pytest.fixture(scope="module")

@@ -147,7 +147,10 @@ def prompt_ids(engine, text: str) -> tuple[list[int], list[int] | None]:
     target = [engine.target.tokenizer.bos_token_id] + engine.target.vocab.encode_text(text)
     if engine.draft is None:
         return target, None
+    from completion.pipeline import left_to_right_draft_text
+
     bos = engine.draft.tokenizer.bos_token_id
+    text = left_to_right_draft_text(text, engine.draft.model, engine.draft.vocab.encode_text)   # as `specfill generate`
     return target, ([bos] if bos is not None else []) + engine.draft.vocab.encode_text(text)
 
 

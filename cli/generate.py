@@ -110,7 +110,11 @@ def generate_main(argv: list[str]) -> int:
         print(f"{p.prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
     target_ids = encode_prompt(engine.target, prompt)
-    draft_ids = encode_prompt(engine.draft, prompt) if engine.draft is not None else None
+    draft_ids = None
+    if engine.draft is not None:   # the end of the prompt the draft reads best from (its config)
+        from completion.pipeline import left_to_right_draft_text
+        draft_ids = encode_prompt(engine.draft, left_to_right_draft_text(prompt, engine.draft.model,
+                                                                         engine.draft.vocab.encode_text))
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                   seed=args.seed, draft_control=args.draft_control)

@@ -109,6 +109,12 @@ class CompletionOptions:
                 self.max_new_tokens, self.temperature)
 
 
+def draft_prompt_cap(model) -> int | None:
+    """How long a prompt a draft model drafts best from, as its config says (None: unsaid)."""
+    value = getattr(getattr(model, "config", None), DRAFT_PROMPT_KEY, None)
+    return value if isinstance(value, int) and value >= MIN_DRAFT_PROMPT_TOKENS else None
+
+
 def draft_window(cur: Cursor, count, budgets: tuple[int, int, int], cap: int | None, step_lines: int,
                  within: tuple[int, int] | None = None):
     """The draft model's (window, extra-context budget): its (prefix, suffix, extra) `budgets`
@@ -126,6 +132,19 @@ def draft_window(cur: Cursor, count, budgets: tuple[int, int, int], cap: int | N
     if cap is not None:
         extra_budget = min(extra_budget, cap - window.prefix_tokens - window.suffix_tokens)
     return window, extra_budget
+
+
+def left_to_right_draft_text(text: str, model, encode) -> str:
+    """What a draft model reads of a left-to-right prompt (`specfill generate`): the end of
+    `text` within its config's prompt length (`draft_window` with no suffix), else all of it.
+    `encode`: its tokenizer's text encoder."""
+    cap = draft_prompt_cap(model)
+    if cap is None:
+        return text
+    lines = text.split("\n")
+    window, _ = draft_window(parse_document(text, len(lines) - 1, len(lines[-1])), TokenCounter(encode),
+                             (CompletionOptions.prefix_tokens, 0, 0), cap, CompletionOptions.window_step_lines)
+    return window.prefix
 
 
 def _scaled(budgets: tuple[int, ...], room: int) -> tuple[int, ...]:
@@ -466,9 +485,7 @@ class CompletionPipeline:
         """The draft prompt's length limit (None: the target's whole window)."""
         if options.draft_prompt_tokens != "auto":
             return options.draft_prompt_tokens
-        draft = self.engine.draft
-        value = getattr(getattr(draft.model, "config", None), DRAFT_PROMPT_KEY, None) if draft else None
-        return value if isinstance(value, int) and value >= MIN_DRAFT_PROMPT_TOKENS else None
+        return draft_prompt_cap(self.engine.draft.model) if self.engine.draft else None
 
     @staticmethod
     def _result(cur: Cursor, text: str, replace: int, from_cache: bool, stats: dict) -> Completion:

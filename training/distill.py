@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     from engine.engine import same_vocabulary
     from engine.models import ModelLoadError
     from completion.context import TokenCounter
-    from training.distill_data import DataWorkerFailed, draft_example, draft_prompt_cap, generate_in_workers
+    from completion.pipeline import draft_prompt_cap
+    from training.distill_data import DataWorkerFailed, draft_example, generate_in_workers
     from training.distill_eval import EvalSettings, measure, report_lines
 
     use_threads(args.threads, args.device)

@@ -40,15 +40,6 @@ def prompt_ids(template, pos_prefix: str, pos_suffix: str, layout: str) -> list[
     return template.build(pos_prefix, pos_suffix, template.resolve_layout(layout))
 
 
-def draft_prompt_cap(model) -> int | None:
-    """How long a prompt the draft drafts best from (its config's specfill_draft_prompt_tokens,
-    as the completion pipeline reads it; None: the whole text)."""
-    from completion.pipeline import DRAFT_PROMPT_KEY, MIN_DRAFT_PROMPT_TOKENS
-
-    value = getattr(getattr(model, "config", None), DRAFT_PROMPT_KEY, None)
-    return value if isinstance(value, int) and value >= MIN_DRAFT_PROMPT_TOKENS else None
-
-
 def draft_prompt_ids(template, pos_prefix: str, pos_suffix: str, layout: str, cap: int | None,
                      count=None) -> list[int]:
     """The draft's prompt as the completion pipeline builds it: the text nearest the cursor

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.distill_data import draft_prompt_cap, draft_prompt_ids, fit
+from completion.pipeline import draft_prompt_cap
+from training.distill_data import draft_prompt_ids, fit
 from training.editor_positions import Position
 
 

@@ -216,3 +216,17 @@ def test_draft_prompt_length_auto_is_what_the_draft_config_recommends(engines):
     assert fewer < near and fewer_len <= 64 + 16 and 400 in fewer
     target_lines, tiny, _ = _window_lines(engines[0])
     assert tiny == _window_lines(engines[0], draft_prompt_tokens=32768)[1]
+
+
+def test_a_left_to_right_draft_prompt_is_the_end_of_the_text(engines):
+    """`specfill generate` (a left-to-right prompt): the shipped draft reads the last whole lines
+    within its 256 tokens, a draft whose config says nothing reads it all."""
+    from completion.pipeline import left_to_right_draft_text
+
+    shipped = Engine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
+    text = LONG_DOC[:4000] + "def main():\n    "
+    tail = left_to_right_draft_text(text, shipped.draft.model, shipped.draft.vocab.encode_text)
+    assert text.endswith(tail) and len(tail) < len(text) and text[len(text) - len(tail) - 1] == "\n"
+    assert len(shipped.draft.vocab.encode_text(tail)) <= 256 + 16 and tail.count("\n") > 10
+    tiny = engines[0].draft
+    assert left_to_right_draft_text(text, tiny.model, tiny.vocab.encode_text) == text

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common import add_model_options, bench_parser, usage_error
+from completion.pipeline import MIN_DRAFT_PROMPT_TOKENS
 from lsp.arguments import number
 from training.distill_eval import Tally
 
@@ -64,9 +65,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=number(int, 1), default=64)
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.prompt_tokens.split(",") if v.strip()]
-    bad = [v for v in variants if v not in ("own", "window", "auto") and not (v.isdigit() and int(v) >= 16)]
+    bad = [v for v in variants if v not in ("own", "window", "auto") and not (v.isdigit() and int(v) >= MIN_DRAFT_PROMPT_TOKENS)]
     if bad or not variants:
-        return usage_error(PROG, f"--prompt-tokens: expected own, window, auto or integers >= 16, got {args.prompt_tokens!r}")
+        return usage_error(PROG, f"--prompt-tokens: expected own, window, auto or integers >= {MIN_DRAFT_PROMPT_TOKENS}, got {args.prompt_tokens!r}")
 
     import dataclasses
 

@@ -134,17 +134,23 @@ def draft_window(cur: Cursor, count, budgets: tuple[int, int, int], cap: int | N
     return window, extra_budget
 
 
+def nearest_text(prefix: str, suffix: str, count, cap: int) -> tuple[str, str]:
+    """The (prefix, suffix) of a text cut at the cursor that a draft reads within `cap` tokens:
+    `draft_window` over it with the editor's default budgets and step (no suffix budget when
+    there is no suffix). `count`: tokens of a string (a TokenCounter)."""
+    options = CompletionOptions()
+    cur = parse_document(prefix + suffix, prefix.count("\n"), len(prefix) - (prefix.rfind("\n") + 1))
+    window, _ = draft_window(cur, count, (options.prefix_tokens, options.suffix_tokens if suffix else 0, 0), cap,
+                             options.window_step_lines)
+    return window.prefix, window.suffix if suffix else ""
+
+
 def left_to_right_draft_text(text: str, model, encode) -> str:
     """What a draft model reads of a left-to-right prompt (`specfill generate`): the end of
-    `text` within its config's prompt length (`draft_window` with no suffix), else all of it.
-    `encode`: its tokenizer's text encoder."""
+    `text` within its config's prompt length, else all of it. `encode`: its tokenizer's text
+    encoder."""
     cap = draft_prompt_cap(model)
-    if cap is None:
-        return text
-    lines = text.split("\n")
-    window, _ = draft_window(parse_document(text, len(lines) - 1, len(lines[-1])), TokenCounter(encode),
-                             (CompletionOptions.prefix_tokens, 0, 0), cap, CompletionOptions.window_step_lines)
-    return window.prefix
+    return text if cap is None else nearest_text(text, "", TokenCounter(encode), cap)[0]
 
 
 def _scaled(budgets: tuple[int, ...], room: int) -> tuple[int, ...]:

@@ -47,16 +47,11 @@ def draft_prompt_ids(template, pos_prefix: str, pos_suffix: str, layout: str, ca
     window step), or all of it when `cap` is None. `count`: a TokenCounter to reuse."""
     if cap is None:
         return prompt_ids(template, pos_prefix, pos_suffix, layout)
-    from completion.context import TokenCounter, parse_document
-    from completion.pipeline import CompletionOptions, draft_window
+    from completion.context import TokenCounter
+    from completion.pipeline import nearest_text
 
-    options = CompletionOptions()
-    line = pos_prefix.count("\n")
-    cur = parse_document(pos_prefix + pos_suffix, line, len(pos_prefix) - (pos_prefix.rfind("\n") + 1))
-    window, _ = draft_window(cur, count or TokenCounter(template.encode_infill),
-                             (options.prefix_tokens, options.suffix_tokens if pos_suffix else 0, 0), cap,
-                             options.window_step_lines)
-    return prompt_ids(template, window.prefix, window.suffix if pos_suffix else "", layout)
+    prefix, suffix = nearest_text(pos_prefix, pos_suffix, count or TokenCounter(template.encode_infill), cap)
+    return prompt_ids(template, prefix, suffix, layout)
 
 
 def pick_layout(template, kind: str, rng: random.Random) -> str:

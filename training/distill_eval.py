@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from completion.pipeline import draft_prompt_cap
+from completion.pipeline import MIN_DRAFT_PROMPT_TOKENS, draft_prompt_cap
 from training.distill_data import draft_prompt_ids, fit
 from training.editor_positions import Position
 
@@ -147,8 +147,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill_
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     cap = args.prompt_tokens
     if cap not in ("auto", "none"):
-        if not cap.isdigit() or int(cap) < 16:
-            p.error(f"--prompt-tokens: expected auto, none or an integer >= 16, got {cap!r}")
+        if not cap.isdigit() or int(cap) < MIN_DRAFT_PROMPT_TOKENS:
+            p.error(f"--prompt-tokens: expected auto, none or an integer >= {MIN_DRAFT_PROMPT_TOKENS}, got {cap!r}")
         cap = int(cap)
     drafts = dict((d.split("=", 1) if "=" in d else (d, d)) for d in (args.draft or ["shipped=default"]))
     ext = tuple(args.ext or (".py",))

@@ -5,6 +5,7 @@ and the transformers forward, side by side in one run.
     python -m bench.forward_cost                      # 1 torch thread, context 300
     python -m bench.forward_cost --baseline HEAD~3 --context 500 --reps 9
     python -m bench.forward_cost --compile            # also: torch.compile start-up and gain
+    python -m bench.forward_cost --baseline HEAD --prefill 64,150,250,400   # a prompt's prefill
 
 Each step starts from the same cached context (the session crops back to it), so every
 figure is one call at a fixed context length. Configurations are interleaved rep by rep, so
@@ -82,6 +83,31 @@ def time_steps(session: KVSession, context: list[int], width: int, calls: int) -
     return (time.perf_counter() - t0) / calls * 1000
 
 
+def time_prefill(session: KVSession, n: int, calls: int) -> float:
+    """ms per prefill of n prompt tokens after one cached token (the server keeps its cache; the
+    first token stays, so no call allocates one), logits for the last."""
+    ids = [(i * 53) % 1000 + 3 for i in range(n + 1)]
+    session.advance(ids[:1])
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        session.crop(1)
+        session.advance(ids)
+    return (time.perf_counter() - t0) / calls * 1000
+
+
+def measure_prefill(model, factories, lengths, reps: int, calls: int) -> dict:
+    """(forward name, prompt length) -> median ms of a prefill, forwards interleaved rep by rep."""
+    sessions = {name: KVSession(model, 4096, forward=make()) for name, make in factories.items()}
+    for s in sessions.values():
+        time_prefill(s, max(lengths), 1)   # warm up: cache allocated, tables built
+    samples = {(name, n): [] for name in sessions for n in lengths}
+    for _ in range(reps):
+        for n in lengths:
+            for name, s in sessions.items():
+                samples[(name, n)].append(time_prefill(s, n, calls))
+    return {key: statistics.median(v) for key, v in samples.items()}
+
+
 def measure(model, factories, context: list[int], widths, reps: int, calls: int) -> dict:
     sessions = {name: KVSession(model, 4096, forward=make()) for name, make in factories.items()}
     for s in sessions.values():
@@ -153,6 +179,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--calls", type=int, default=40, help="calls per timed block")
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile")
+    ap.add_argument("--prefill", default="",
+                    help="comma-separated prompt lengths: time a prompt's prefill (instead of steps)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     baseline = None if args.baseline == "none" else lean_module_at(args.baseline)
@@ -163,20 +191,27 @@ def main(argv=None):
         m = load_model("default", role, device="cpu").model
         context = [(i * 37) % 1000 + 3 for i in range(args.context)]
         factories = forwards(m, baseline)
+        if args.prefill:
+            widths = [int(n) for n in args.prefill.split(",")]
         with torch.inference_mode():
             err = exactness(m, factories, context)
-            ms = measure(m, factories, context, widths, args.reps, args.calls)
+            if args.prefill:
+                ms = measure_prefill(m, factories, widths, args.reps, max(1, args.calls // 10))
+            else:
+                ms = measure(m, factories, context, widths, args.reps, args.calls)
         nbytes = weight_bytes(m)
         print(f"\n{role}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M "
               f"parameters, {nbytes / 1e6:.1f} MB, bandwidth floor {nbytes / gbs / 1e6:.2f} ms/step; "
               f"max |logit - transformers| {err:.1e}")
         names = list(factories)
-        print(f"{'width':>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")
+        label = "prompt" if args.prefill else "width"
+        print(f"{label:>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")
         for w in widths:
             print(f"{w:>6} " + " ".join(f"{ms[(n, w)]:>18.3f}" for n in names))
         if baseline is not None:
             gain = [ms[("lean (baseline)", w)] / ms[("lean (this tree)", w)] for w in widths]
-            print("this tree vs baseline: " + ", ".join(f"w{w} {g:.2f}x" for w, g in zip(widths, gain)))
+            tag = "n" if args.prefill else "w"
+            print("this tree vs baseline: " + ", ".join(f"{tag}{w} {g:.2f}x" for w, g in zip(widths, gain)))
         if args.compile:
             with torch.inference_mode():
                 startup, e, c = compile_cost(m, context, args.calls)

@@ -213,9 +213,9 @@ def _weight_bytes(modules) -> int:
     return sum(m.weight.numel() * m.weight.element_size() for m in modules)
 
 
-# From this many rows on, a packed matmul multiplies the [out, in] weight by the transposed
-# input (see _Linear).
-WIDE_ROWS = 4
+# From WIDE_ROWS rows up to WIDE_ROWS_END (excluded), a packed matmul multiplies the
+# [out, in] weight by the transposed input (see _Linear): verify widths, not prompt prefills.
+WIDE_ROWS, WIDE_ROWS_END = 4, 32
 
 
 class _Linear:
@@ -224,8 +224,10 @@ class _Linear:
     Packed (small models): one matmul on copies of the weights owned here, concatenated, in
     both layouts, because on this kind of CPU MKL's speed for a few rows depends on it: one to
     three rows run 1.5-2x faster as x @ [in, out]; four to sixteen 1.3-1.6x faster as
-    ([out, in] @ x^T)^T (measured on the shipped pair, bench/forward_cost.py). The transposed
-    result is returned as a view: the next matmul takes it transposed again, contiguous.
+    ([out, in] @ x^T)^T (measured on the shipped pair, bench/forward_cost.py); a prompt's
+    prefill (150-400 rows) is again faster as x @ [in, out] (the shipped target's whole prefill
+    1.1-1.2x, bench/forward_cost.py --prefill). The transposed result is returned as a view: the
+    next matmul takes it transposed again, contiguous.
     Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
     parameters are never touched either way."""
 
@@ -256,7 +258,7 @@ class _Linear:
         return _weight_bytes(modules) * (2 if len(modules) > 1 else 1)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if self.packed and h.shape[0] >= WIDE_ROWS:
+        if self.packed and WIDE_ROWS <= h.shape[0] < WIDE_ROWS_END:
             if self.bias is None:
                 return torch.mm(self.weight, h.t()).t()
             return torch.addmm(self.bias_column, self.weight, h.t()).t()
@@ -268,7 +270,7 @@ class _Linear:
         """x + self(h), one addmm where there is no bias (single maps only)."""
         if self.bias is not None:
             x = x + self.bias
-        if self.packed and h.shape[0] >= WIDE_ROWS:
+        if self.packed and WIDE_ROWS <= h.shape[0] < WIDE_ROWS_END:
             return torch.addmm(x.t(), self.weight, h.t()).t()
         return torch.addmm(x, h, self.weight_t)
 

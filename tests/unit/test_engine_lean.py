@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
-from engine.lean import MASK_BAND_WIDTH, WIDE_ROWS, LeanForward, make_lean
+from engine.lean import MASK_BAND_WIDTH, WIDE_ROWS, WIDE_ROWS_END, LeanForward, make_lean
 from tests.tiny_models import bigcode_config, llama_config, tiny_model
 
 VOCAB = 300
@@ -47,7 +47,8 @@ def test_lean_forward_equals_transformers_at_every_width(kind, packed):
     prefill = MASK_BAND_WIDTH + 30   # longer than the mask band
     pos = 0
     with torch.no_grad():
-        for width in [prefill, 1, 2, 3, WIDE_ROWS, 8, 16, 1, 5, 12, MASK_BAND_WIDTH]:
+        for width in [prefill, 1, 2, 3, WIDE_ROWS, 8, 16, 1, 5, 12, WIDE_ROWS_END - 1, WIDE_ROWS_END,
+                      MASK_BAND_WIDTH]:
             got = fwd(ids[pos:pos + width], n_logits=width)
             assert got.is_contiguous() and got.shape == (width, VOCAB)
             torch.testing.assert_close(got, ref[pos:pos + width], atol=1e-4, rtol=1e-4, msg=f"width {width}")

@@ -95,29 +95,18 @@ def time_prefill(session: KVSession, n: int, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1000
 
 
-def measure_prefill(model, factories, lengths, reps: int, calls: int) -> dict:
-    """(forward name, prompt length) -> median ms of a prefill, forwards interleaved rep by rep."""
+def measure(model, factories, sizes, reps: int, time_one) -> dict:
+    """(forward name, size) -> median ms of `time_one(session, size)` (a step's width, or a
+    prompt's length), forwards interleaved rep by rep. Each session is warmed up first by one
+    call at the largest size (cache allocated, tables built)."""
     sessions = {name: KVSession(model, 4096, forward=make()) for name, make in factories.items()}
     for s in sessions.values():
-        time_prefill(s, max(lengths), 1)   # warm up: cache allocated, tables built
-    samples = {(name, n): [] for name in sessions for n in lengths}
+        time_one(s, max(sizes))
+    samples = {(name, n): [] for name in sessions for n in sizes}
     for _ in range(reps):
-        for n in lengths:
+        for n in sizes:
             for name, s in sessions.items():
-                samples[(name, n)].append(time_prefill(s, n, calls))
-    return {key: statistics.median(v) for key, v in samples.items()}
-
-
-def measure(model, factories, context: list[int], widths, reps: int, calls: int) -> dict:
-    sessions = {name: KVSession(model, 4096, forward=make()) for name, make in factories.items()}
-    for s in sessions.values():
-        s.advance(context)
-        time_steps(s, context, 1, 5)   # warm up: cache allocated, tables built
-    samples = {(name, w): [] for name in sessions for w in widths}
-    for _ in range(reps):
-        for w in widths:
-            for name, s in sessions.items():
-                samples[(name, w)].append(time_steps(s, context, w, calls))
+                samples[(name, n)].append(time_one(s, n))
     return {key: statistics.median(v) for key, v in samples.items()}
 
 
@@ -180,7 +169,8 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=40, help="calls per timed block")
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile")
     ap.add_argument("--prefill", default="",
-                    help="comma-separated prompt lengths: time a prompt's prefill (instead of steps)")
+                    help="comma-separated prompt lengths: time a prompt's prefill instead of steps "
+                         "(calls // 10 prefills per timed block)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     baseline = None if args.baseline == "none" else lean_module_at(args.baseline)
@@ -195,10 +185,11 @@ def main(argv=None):
             widths = [int(n) for n in args.prefill.split(",")]
         with torch.inference_mode():
             err = exactness(m, factories, context)
-            if args.prefill:
-                ms = measure_prefill(m, factories, widths, args.reps, max(1, args.calls // 10))
+            if args.prefill:   # a tenth as many calls: a prefill costs tens of steps
+                prefills = max(1, args.calls // 10)
+                ms = measure(m, factories, widths, args.reps, lambda s, n: time_prefill(s, n, prefills))
             else:
-                ms = measure(m, factories, context, widths, args.reps, args.calls)
+                ms = measure(m, factories, widths, args.reps, lambda s, w: time_steps(s, context, w, args.calls))
         nbytes = weight_bytes(m)
         print(f"\n{role}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M "
               f"parameters, {nbytes / 1e6:.1f} MB, bandwidth floor {nbytes / gbs / 1e6:.2f} ms/step; "

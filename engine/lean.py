@@ -225,8 +225,8 @@ class _Linear:
     both layouts, because on this kind of CPU MKL's speed for a few rows depends on it: one to
     three rows run 1.5-2x faster as x @ [in, out]; four to sixteen 1.3-1.6x faster as
     ([out, in] @ x^T)^T (measured on the shipped pair, bench/forward_cost.py); a prompt's
-    prefill (150-400 rows) is again faster as x @ [in, out] (the shipped target's whole prefill
-    1.1-1.2x, bench/forward_cost.py --prefill). The transposed result is returned as a view: the
+    prefill is again faster as x @ [in, out] (the shipped target's whole prefill 1.16-1.40x at
+    150-250 rows in two runs, bench/forward_cost.py --prefill). The transposed result is returned as a view: the
     next matmul takes it transposed again, contiguous.
     Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
     parameters are never touched either way."""

@@ -159,6 +159,17 @@ def compile_cost(model, context: list[int], calls: int) -> tuple[float, float, f
     return startup, e, c
 
 
+def prompt_lengths(value: str) -> list[int]:
+    """--prefill's value: positive integers, comma-separated."""
+    try:
+        lengths = [int(n) for n in value.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {value!r}")
+    return lengths
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", default=DEFAULT_BASELINE,
@@ -168,7 +179,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--calls", type=int, default=40, help="calls per timed block")
     ap.add_argument("--compile", action="store_true", help="also measure torch.compile")
-    ap.add_argument("--prefill", default="",
+    ap.add_argument("--prefill", type=prompt_lengths, default=[],
                     help="comma-separated prompt lengths: time a prompt's prefill instead of steps "
                          "(calls // 10 prefills per timed block)")
     args = ap.parse_args(argv)
@@ -182,7 +193,7 @@ def main(argv=None):
         context = [(i * 37) % 1000 + 3 for i in range(args.context)]
         factories = forwards(m, baseline)
         if args.prefill:
-            widths = [int(n) for n in args.prefill.split(",")]
+            widths = args.prefill
         with torch.inference_mode():
             err = exactness(m, factories, context)
             if args.prefill:   # a tenth as many calls: a prefill costs tens of steps

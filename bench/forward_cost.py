@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from bench.replay import cpu_name
 from engine.kv import KVSession, TransformersForward
 from engine.lean import LeanForward, make_lean
 from engine.models import load_model
@@ -31,7 +32,7 @@ from engine.models import load_model
 ROOT = Path(__file__).resolve().parent.parent
 # The lean forward before issue 10 cut its per-operation overhead.
 DEFAULT_BASELINE = "951e2c1"
-WIDTHS = (1, 2, 4, 8, 16)
+WIDTHS = (1, 2, 4, 6, 8, 12, 16)
 
 
 def lean_module_at(ref: str) -> types.ModuleType:
@@ -71,7 +72,7 @@ def forwards(model, baseline):
         out["lean (baseline)"] = lambda: baseline.LeanForward(old, param.dtype, param.device)
     new = make_lean(model)
     out["lean (this tree)"] = lambda: LeanForward(new, param.dtype, param.device)
-    return out
+    return out, new.layout.note
 
 
 def time_steps(session: KVSession, context: list[int], width: int, calls: int) -> float:
@@ -186,12 +187,12 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     baseline = None if args.baseline == "none" else lean_module_at(args.baseline)
     gbs = read_bandwidth_gbs()
-    print(f"torch {torch.__version__}, {args.threads} thread(s), context {args.context} tokens, "
+    print(f"{cpu_name()}, torch {torch.__version__}, {args.threads} thread(s), context {args.context} tokens, "
           f"read bandwidth {gbs:.1f} GB/s, baseline lean.py at {args.baseline}")
-    for role, widths in (("target", WIDTHS), ("draft", (1, 2))):
+    for role, widths in (("target", WIDTHS), ("draft", (1, 2, 6))):
         m = load_model("default", role, device="cpu").model
         context = [(i * 37) % 1000 + 3 for i in range(args.context)]
-        factories = forwards(m, baseline)
+        factories, layout = forwards(m, baseline)
         if args.prefill:
             widths = args.prefill
         with torch.inference_mode():
@@ -204,7 +205,7 @@ def main(argv=None):
         nbytes = weight_bytes(m)
         print(f"\n{role}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M "
               f"parameters, {nbytes / 1e6:.1f} MB, bandwidth floor {nbytes / gbs / 1e6:.2f} ms/step; "
-              f"max |logit - transformers| {err:.1e}")
+              f"max |logit - transformers| {err:.1e}; this tree's matmul layout: {layout}")
         names = list(factories)
         label = "prompt" if args.prefill else "width"
         print(f"{label:>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")

@@ -369,10 +369,23 @@ def server_settings(target: str, draft: str, device: str = "auto", dtype: str = 
     return settings
 
 
+def cpu_name() -> str:
+    """The CPU's model name where Linux says it (figures differ by CPU maker and generation:
+    the lean forward's matmul layout is measured per machine for that reason), else the arch."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_description(words: str = "") -> str:
     import torch
 
-    found = f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), " \
+    found = f"{os.cpu_count()} CPU cores ({cpu_name()}, {platform.machine()}), " \
             f"torch {torch.__version__}, {torch.get_num_threads()} threads"
     return f"{words}; {found}" if words else found
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import statistics
+import time
 from dataclasses import dataclass
 
 import torch
@@ -213,25 +215,53 @@ def _weight_bytes(modules) -> int:
     return sum(m.weight.numel() * m.weight.element_size() for m in modules)
 
 
-# From WIDE_ROWS rows up to WIDE_ROWS_END (excluded), a packed matmul multiplies the
-# [out, in] weight by the transposed input (see _Linear): verify widths, not prompt prefills.
+# The row counts for which a packed matmul may multiply the [out, in] weight by the
+# transposed input (see _Linear and RowLayout): verify widths, not prompt prefills.
 WIDE_ROWS, WIDE_ROWS_END = 4, 32
+
+
+@dataclass
+class RowLayout:
+    """Which layout a model's packed matmuls take for a call of n rows: ([out, in] @ x^T)^T
+    ("transposed") for wide_from <= n < wide_to, x @ [in, out] for the rest. Which is faster
+    at verify widths depends on the CPU's BLAS: on the Intel VM of the earlier figures the
+    transposed one ran 4-16 rows 1.3-1.6x faster; on an AMD EPYC it ran the shipped target's
+    6-24 row passes 1.2-1.5x slower (bench/forward_cost.py). So a model measures both on the
+    machine it runs on (measure_row_layout) unless it is told which to take."""
+    wide_from: int = WIDE_ROWS
+    wide_to: int = WIDE_ROWS_END
+    note: str = "not measured"     # why this layout: what measure_row_layout timed
+
+    @property
+    def transposed(self) -> bool:
+        return self.wide_from < self.wide_to
+
+
+def transposed_layout() -> RowLayout:
+    return RowLayout(WIDE_ROWS, WIDE_ROWS_END, "set")
+
+
+def plain_layout() -> RowLayout:
+    return RowLayout(WIDE_ROWS, WIDE_ROWS, "set")
 
 
 class _Linear:
     """One or more linear maps of the same input, their outputs concatenated.
 
     Packed (small models): one matmul on copies of the weights owned here, concatenated, in
-    both layouts, because on this kind of CPU MKL's speed for a few rows depends on it: one to
-    three rows run 1.5-2x faster as x @ [in, out]; four to sixteen 1.3-1.6x faster as
-    ([out, in] @ x^T)^T (measured on the shipped pair, bench/forward_cost.py); a prompt's
-    prefill is again faster as x @ [in, out] (the shipped target's whole prefill 1.16-1.40x at
-    150-250 rows in two runs, bench/forward_cost.py --prefill). The transposed result is returned as a view: the
-    next matmul takes it transposed again, contiguous.
+    both layouts, because MKL's speed for a few rows depends on it, and differently on different
+    CPUs. On the Intel VM of the earlier figures one to three rows ran 1.5-2x faster as
+    x @ [in, out] and four to sixteen 1.3-1.6x faster as ([out, in] @ x^T)^T; on an AMD EPYC the
+    second lost at every width (bench/forward_cost.py). So the model's RowLayout, measured on the
+    machine at load, says which row counts take the transposed layout (none, or 4-31: a prompt's
+    prefill is faster as x @ [in, out] on both: the shipped target's whole prefill 1.16-1.40x at
+    150-250 rows on the Intel VM, bench/forward_cost.py --prefill). The transposed result is
+    returned as a view: the next matmul takes it transposed again, contiguous.
     Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
     parameters are never touched either way."""
 
-    def __init__(self, modules: list[torch.nn.Linear], packed: bool):
+    def __init__(self, modules: list[torch.nn.Linear], packed: bool, layout: RowLayout):
+        self.layout = layout     # shared by the model's maps; measure_row_layout may change it
         self.bias = _fused_bias(modules)
         self.bias_column = None if self.bias is None else self.bias[:, None]
         self.packed = packed
@@ -257,8 +287,11 @@ class _Linear:
         """Memory of the packed copies."""
         return _weight_bytes(modules) * (2 if len(modules) > 1 else 1)
 
+    def _wide(self, rows: int) -> bool:
+        return self.packed and self.layout.wide_from <= rows < self.layout.wide_to
+
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if self.packed and WIDE_ROWS <= h.shape[0] < WIDE_ROWS_END:
+        if self._wide(h.shape[0]):
             if self.bias is None:
                 return torch.mm(self.weight, h.t()).t()
             return torch.addmm(self.bias_column, self.weight, h.t()).t()
@@ -270,7 +303,7 @@ class _Linear:
         """x + self(h), one addmm where there is no bias (single maps only)."""
         if self.bias is not None:
             x = x + self.bias
-        if self.packed and WIDE_ROWS <= h.shape[0] < WIDE_ROWS_END:
+        if self._wide(h.shape[0]):
             return torch.addmm(x.t(), self.weight, h.t()).t()
         return torch.addmm(x, h, self.weight_t)
 
@@ -313,12 +346,13 @@ class LeanLlama:
         linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                     l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
         self.packed = _packs(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes)
+        self.layout = RowLayout()
+        linear = functools.partial(_Linear, packed=self.packed, layout=self.layout)
         self.layers = [
-            _LlamaLayer(l.input_layernorm.weight, _Linear(m[:3], self.packed), _Linear(m[3:4], self.packed),
-                        l.post_attention_layernorm.weight, _Linear(m[4:6], self.packed),
-                        _Linear(m[6:], self.packed))
+            _LlamaLayer(l.input_layernorm.weight, linear(m[:3]), linear(m[3:4]),
+                        l.post_attention_layernorm.weight, linear(m[4:6]), linear(m[6:]))
             for l, m in zip(self.inner.layers, linears)]
-        self.lm_head = _Linear([model.lm_head], self.packed)
+        self.lm_head = linear([model.lm_head])
         # RMSNorm before the fused qkv and gate/up maps, in float32 with packed copies: its weight
         # and sqrt(hidden) go into those copies, and x / sqrt(mean(x^2) + eps) is computed as
         # x / hypot(|x|, sqrt(hidden * eps)): two small ops and a division instead of the half
@@ -428,10 +462,12 @@ class LeanBigCode:
         self.positions = _Positions()
         linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
         self.packed = _packs(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes)
-        self.blocks = [_BigCodeBlock(_ln(b.ln_1), *(_Linear([m], self.packed) for m in mods[:2]), _ln(b.ln_2),
-                                     *(_Linear([m], self.packed) for m in mods[2:]), _activation(b.mlp.act))
+        self.layout = RowLayout()
+        linear = functools.partial(_Linear, packed=self.packed, layout=self.layout)
+        self.blocks = [_BigCodeBlock(_ln(b.ln_1), *(linear([m]) for m in mods[:2]), _ln(b.ln_2),
+                                     *(linear([m]) for m in mods[2:]), _activation(b.mlp.act))
                        for b, mods in zip(self.inner.h, linears)]
-        self.lm_head = _Linear([model.lm_head], self.packed)
+        self.lm_head = linear([model.lm_head])
         self.wte, self.wpe, self.ln_f = self.inner.wte.weight, self.inner.wpe.weight, _ln(self.inner.ln_f)
 
     def new_cache(self, dtype, device) -> LeanKV:
@@ -485,17 +521,65 @@ def lean_unsupported(model) -> str | None:
     return f"no lean forward for {type(model).__name__}"
 
 
-def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES) -> LeanModel | None:
+def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, layout: RowLayout | None = None) -> LeanModel | None:
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
-    (0: never; it then reads the model's own weights)."""
+    (0: never; it then reads the model's own weights). Packed weights on a CPU take the row
+    layout measured here (measure_row_layout) unless `layout` says which."""
     reason = lean_unsupported(model)
     if reason is not None:
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
         return None
-    if isinstance(model, GPTBigCodeForCausalLM):
-        return LeanBigCode(model, pack_max_bytes)
-    return LeanLlama(model, pack_max_bytes)
+    lean = LeanBigCode(model, pack_max_bytes) if isinstance(model, GPTBigCodeForCausalLM) else LeanLlama(model, pack_max_bytes)
+    if layout is not None:
+        lean.layout.wide_from, lean.layout.wide_to, lean.layout.note = layout.wide_from, layout.wide_to, layout.note
+    elif lean.packed and next(model.parameters()).device.type == "cpu":
+        measure_row_layout(lean)
+    return lean
+
+
+# The verify widths measure_row_layout times, and the cached tokens before them.
+LAYOUT_WIDTHS, LAYOUT_CONTEXT = (4, 6, 9, 12, 16), 128
+
+
+def measure_row_layout(lean: LeanModel, reps: int = 5) -> RowLayout:
+    """Time `lean`'s verify passes (LAYOUT_WIDTHS rows after LAYOUT_CONTEXT cached tokens, fewer
+    where the model has fewer positions, on a scratch cache) in both row layouts, interleaved, and keep the faster: the transposed one
+    only where it wins by 3 % or more (a near tie keeps rows contiguous). Widths that are not
+    powers of two are in the set: on the AMD CPU the transposed layout lost most there (1.3-1.5x
+    at 6, 12, 24 rows). 60 passes: about 0.2 s for the shipped target, once per model load."""
+    layout = lean.layout
+    cfg = lean.model.config
+    positions = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
+    context = LAYOUT_CONTEXT if positions is None else min(LAYOUT_CONTEXT, positions - max(LAYOUT_WIDTHS))
+    if context < 1:
+        layout.note = f"not measured ({positions} positions)"
+        return layout
+    param = next(lean.model.parameters())
+    vocab = lean.model.get_input_embeddings().weight.shape[0]
+    ids = torch.arange(context + max(LAYOUT_WIDTHS), device=param.device) * 53 % vocab   # any ids do
+    kv = lean.new_cache(param.dtype, param.device)
+    candidates = {"transposed": (WIDE_ROWS, WIDE_ROWS_END), "plain": (WIDE_ROWS, WIDE_ROWS)}
+    times: dict[str, list[list[float]]] = {name: [[] for _ in LAYOUT_WIDTHS] for name in candidates}
+    with torch.inference_mode():
+        lean(ids[:context], kv, 1)
+        for rep in range(reps + 1):    # rep 0 warms both up
+            names = list(candidates) if rep % 2 else list(reversed(candidates))
+            for i, w in enumerate(LAYOUT_WIDTHS):
+                for name in names:
+                    layout.wide_from, layout.wide_to = candidates[name]
+                    kv.length = context
+                    t0 = time.perf_counter()
+                    lean(ids[context:context + w], kv, w)
+                    if rep:
+                        times[name][i].append(time.perf_counter() - t0)
+    ms = {name: 1000 * sum(statistics.median(t) for t in per_width) for name, per_width in times.items()}
+    best = "transposed" if ms["transposed"] < 0.97 * ms["plain"] else "plain"
+    layout.wide_from, layout.wide_to = candidates[best]
+    layout.note = (f"{best}: passes of {'/'.join(map(str, LAYOUT_WIDTHS))} rows took {ms['transposed']:.2f} ms "
+                   f"transposed, {ms['plain']:.2f} ms plain")
+    log.info("%s matmul layout %s", type(lean.model).__name__, layout.note)
+    return layout
 
 
 def _float_rows(logits: torch.Tensor) -> torch.Tensor:

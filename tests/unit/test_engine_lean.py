@@ -1,12 +1,14 @@
 """The lean forward equals the transformers forward on every path it takes: packed weight
-copies or the model's own weights, one new token or a verify width (both matmul layouts),
+copies or the model's own weights, one new token or a verify width (both row layouts of the
+packed matmuls, and whichever this machine measures faster),
 short inputs (mask band) or a long prefill (built mask), grouped-query and multi-query
 attention, biases; and it never changes the model's parameters."""
 import pytest
 import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
-from engine.lean import MASK_BAND_WIDTH, WIDE_ROWS, WIDE_ROWS_END, LeanForward, make_lean
+from engine.lean import (MASK_BAND_WIDTH, WIDE_ROWS, WIDE_ROWS_END, LeanForward, make_lean,
+                         measure_row_layout, plain_layout, transposed_layout)
 from tests.tiny_models import bigcode_config, llama_config, tiny_model
 
 VOCAB = 300
@@ -32,12 +34,23 @@ def _reference(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0].float()
 
 
-@pytest.mark.parametrize("packed", [True, False], ids=["packed", "model-weights"])
+LAYOUTS = {"packed, transposed": (True, transposed_layout), "packed, plain": (True, plain_layout),
+           "packed, measured": (True, None), "model-weights": (False, None)}
+
+
+@pytest.mark.parametrize("weights", list(LAYOUTS))
 @pytest.mark.parametrize("kind", ["llama", "llama, 2 heads per kv head", "qwen2", "bigcode", "bigcode multi-head"])
-def test_lean_forward_equals_transformers_at_every_width(kind, packed):
+def test_lean_forward_equals_transformers_at_every_width(kind, weights):
+    packed, layout = LAYOUTS[weights]
     model = _model(kind)
-    lean = make_lean(model, pack_max_bytes=2**30 if packed else 0)
+    lean = make_lean(model, pack_max_bytes=2**30 if packed else 0, layout=layout and layout())
     assert lean.packed == packed
+    if weights == "packed, transposed":
+        assert lean.layout.transposed and (lean.layout.wide_from, lean.layout.wide_to) == (WIDE_ROWS, WIDE_ROWS_END)
+    elif weights == "packed, plain":
+        assert not lean.layout.transposed
+    elif weights == "packed, measured":   # whichever won here
+        assert lean.layout.note.startswith("transposed: " if lean.layout.transposed else "plain: ")
     # packed Llama-family weights in float32 carry their RMSNorm weights (LeanLlama.folded)
     assert getattr(lean, "folded", False) == (packed and not kind.startswith("bigcode"))
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
@@ -87,3 +100,29 @@ def test_half_precision_matches_transformers():
     # bf16 keeps 8 bits of mantissa: the two forwards round differently, not differently often
     assert (got - ref).abs().max() < 0.05 * ref.abs().max()
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
+
+
+def test_measuring_the_row_layout_leaves_the_forward_exact_and_the_cache_alone():
+    """measure_row_layout times both layouts on a scratch cache: a forward made before it goes
+    on from its own cache, and the layout it picks is one of the two, with its timings."""
+    model = _model("llama")
+    lean = make_lean(model, layout=transposed_layout())
+    fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
+    ids = list(range(3, 60))
+    ref = _reference(model, ids)
+    with torch.no_grad():
+        first = fwd(ids[:40], n_logits=40)
+        layout = measure_row_layout(lean, reps=1)
+        rest = fwd(ids[40:], n_logits=len(ids) - 40)
+    assert layout is lean.layout and " ms transposed, " in layout.note and layout.note.endswith(" ms plain")
+    assert (layout.wide_from, layout.wide_to) in ((WIDE_ROWS, WIDE_ROWS_END), (WIDE_ROWS, WIDE_ROWS))
+    torch.testing.assert_close(torch.cat([first, rest]), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_with_few_positions_keeps_its_layout_unmeasured():
+    model = GPTBigCodeForCausalLM(bigcode_config(VOCAB, n_positions=16)).eval()
+    lean = make_lean(model)
+    assert lean.packed and lean.layout.note == "not measured (16 positions)"
+    with torch.no_grad():   # and it still runs every width it has positions for
+        got = LeanForward(lean, torch.float32, torch.device("cpu"))(list(range(3, 19)), n_logits=16)
+    torch.testing.assert_close(got, _reference(model, list(range(3, 19))), atol=1e-4, rtol=1e-4)

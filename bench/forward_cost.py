@@ -72,7 +72,7 @@ def forwards(model, baseline):
         out["lean (baseline)"] = lambda: baseline.LeanForward(old, param.dtype, param.device)
     new = make_lean(model)
     out["lean (this tree)"] = lambda: LeanForward(new, param.dtype, param.device)
-    return out, new.layout.note
+    return out, new.kernels.note
 
 
 def time_steps(session: KVSession, context: list[int], width: int, calls: int) -> float:
@@ -192,7 +192,7 @@ def main(argv=None):
     for role, widths in (("target", WIDTHS), ("draft", (1, 2, 6))):
         m = load_model("default", role, device="cpu").model
         context = [(i * 37) % 1000 + 3 for i in range(args.context)]
-        factories, layout = forwards(m, baseline)
+        factories, kernels = forwards(m, baseline)
         if args.prefill:
             widths = args.prefill
         with torch.inference_mode():
@@ -205,7 +205,7 @@ def main(argv=None):
         nbytes = weight_bytes(m)
         print(f"\n{role}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M "
               f"parameters, {nbytes / 1e6:.1f} MB, bandwidth floor {nbytes / gbs / 1e6:.2f} ms/step; "
-              f"max |logit - transformers| {err:.1e}; this tree's matmul layout: {layout}")
+              f"max |logit - transformers| {err:.1e}; this tree's matmul kernels: {kernels}")
         names = list(factories)
         label = "prompt" if args.prefill else "width"
         print(f"{label:>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")

@@ -14,7 +14,8 @@ of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that numbe
   matmuls that also add the residual (addmm);
 - small models get fused copies of the q/k/v and gate/up weights (one matmul instead of
   three or two). The model's own parameters stay as they are; the copies are taken when the
-  lean forward is made, and only while they cost little memory (`FUSE_MAX_BYTES`);
+  lean forward is made, and only while they cost little memory (`PACK_MAX_BYTES`); which
+  matmul kernel runs a call of n rows is measured on the machine (engine/matmul.py);
 - rope is applied to queries and keys together, in place, and one copy writes a step's keys
   and values into the cache (laid out head by head, as attention reads them);
 - the cache for all layers is one tensor; a step writes to it in place and attends over a
@@ -33,17 +34,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
 
+from .matmul import Kernels, Linear, choose_kernels, use_kernels
+
 log = logging.getLogger("specfill.engine")
 
-# Packed weight copies (see _Linear) are made only while they add at most this much memory:
+# Packed weight copies (see engine/matmul.py, Linear) are made only while they add at most this much memory:
 # they pay where per-operation overhead and small matmuls dominate (completion-sized models);
 # a big model's memory matters more.
 PACK_MAX_BYTES = 64 * 2**20
@@ -205,124 +206,21 @@ class _SliceStep:
         return _attend(q, self.kv, layer, self.end, self.mask, scale)
 
 
-def _fused_bias(modules) -> torch.Tensor | None:
-    if all(m.bias is None for m in modules):
-        return None
-    return torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in modules])
-
-
-def _weight_bytes(modules) -> int:
-    return sum(m.weight.numel() * m.weight.element_size() for m in modules)
-
-
-# The row counts for which a packed matmul may multiply the [out, in] weight by the
-# transposed input (see _Linear and RowLayout): verify widths, not prompt prefills.
-WIDE_ROWS, WIDE_ROWS_END = 4, 32
-
-
-@dataclass
-class RowLayout:
-    """Which layout a model's packed matmuls take for a call of n rows: ([out, in] @ x^T)^T
-    ("transposed") for wide_from <= n < wide_to, x @ [in, out] for the rest. Which is faster
-    at verify widths depends on the CPU's BLAS: on the Intel VM of the earlier figures the
-    transposed one ran 4-16 rows 1.3-1.6x faster; on an AMD EPYC it ran the shipped target's
-    6-24 row passes 1.2-1.5x slower (bench/forward_cost.py). So a model measures both on the
-    machine it runs on (measure_row_layout) unless it is told which to take."""
-    wide_from: int = WIDE_ROWS
-    wide_to: int = WIDE_ROWS_END
-    note: str = "not measured"     # why this layout: what measure_row_layout timed
-
-    @property
-    def transposed(self) -> bool:
-        return self.wide_from < self.wide_to
-
-
-def transposed_layout() -> RowLayout:
-    return RowLayout(WIDE_ROWS, WIDE_ROWS_END, "set")
-
-
-def plain_layout() -> RowLayout:
-    return RowLayout(WIDE_ROWS, WIDE_ROWS, "set")
-
-
-class _Linear:
-    """One or more linear maps of the same input, their outputs concatenated.
-
-    Packed (small models): one matmul on copies of the weights owned here, concatenated, in
-    both layouts, because MKL's speed for a few rows depends on it, and differently on different
-    CPUs. On the Intel VM of the earlier figures one to three rows ran 1.5-2x faster as
-    x @ [in, out] and four to sixteen 1.3-1.6x faster as ([out, in] @ x^T)^T; on an AMD EPYC the
-    second lost at every width (bench/forward_cost.py). So the model's RowLayout, measured on the
-    machine at load, says which row counts take the transposed layout (none, or 4-31: a prompt's
-    prefill is faster as x @ [in, out] on both: the shipped target's whole prefill 1.16-1.40x at
-    150-250 rows on the Intel VM, bench/forward_cost.py --prefill). The transposed result is
-    returned as a view: the next matmul takes it transposed again, contiguous.
-    Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
-    parameters are never touched either way."""
-
-    def __init__(self, modules: list[torch.nn.Linear], packed: bool, layout: RowLayout):
-        self.layout = layout     # shared by the model's maps; measure_row_layout may change it
-        self.bias = _fused_bias(modules)
-        self.bias_column = None if self.bias is None else self.bias[:, None]
-        self.packed = packed
-        if packed:
-            self.weight = torch.cat([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
-            self.weight_t = self.weight.t().contiguous()
-            self.parts = None
-        else:
-            self.weight = modules[0].weight if len(modules) == 1 else None
-            self.weight_t = None if self.weight is None else self.weight.t()
-            self.parts = [(m.weight, m.bias) for m in modules]
-
-    def scale_inputs(self, scale: torch.Tensor) -> None:
-        """Multiply the map's input features by `scale` inside its packed weights (W diag(scale)),
-        so the caller need not scale its input. Packed maps of several modules only: their
-        weights are copies owned here, never the model's."""
-        assert self.packed and self.parts is None and self.weight_t is not None
-        self.weight = self.weight * scale
-        self.weight_t = self.weight.t().contiguous()
-
-    @staticmethod
-    def extra_bytes(modules: list[torch.nn.Linear]) -> int:
-        """Memory of the packed copies."""
-        return _weight_bytes(modules) * (2 if len(modules) > 1 else 1)
-
-    def _wide(self, rows: int) -> bool:
-        return self.packed and self.layout.wide_from <= rows < self.layout.wide_to
-
-    def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if self._wide(h.shape[0]):
-            if self.bias is None:
-                return torch.mm(self.weight, h.t()).t()
-            return torch.addmm(self.bias_column, self.weight, h.t()).t()
-        if self.weight_t is not None:
-            return torch.mm(h, self.weight_t) if self.bias is None else torch.addmm(self.bias, h, self.weight_t)
-        return torch.cat([F.linear(h, w, b) for w, b in self.parts], dim=-1)
-
-    def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """x + self(h), one addmm where there is no bias (single maps only)."""
-        if self.bias is not None:
-            x = x + self.bias
-        if self._wide(h.shape[0]):
-            return torch.addmm(x.t(), self.weight, h.t()).t()
-        return torch.addmm(x, h, self.weight_t)
-
-
 def _packs(model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int) -> bool:
     """Whether packed copies of these maps (grouped as the forward fuses them) and the output
     head fit in `pack_max_bytes`."""
-    total = sum(_Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
-    return total + _Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
+    total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
+    return total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
 
 
 @dataclass
 class _LlamaLayer:
     norm1: torch.Tensor
-    qkv: _Linear
-    o_proj: _Linear
+    qkv: Linear
+    o_proj: Linear
     norm2: torch.Tensor
-    gate_up: _Linear
-    down_proj: _Linear
+    gate_up: Linear
+    down_proj: Linear
 
 
 class LeanLlama:
@@ -346,8 +244,8 @@ class LeanLlama:
         linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                     l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
         self.packed = _packs(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes)
-        self.layout = RowLayout()
-        linear = functools.partial(_Linear, packed=self.packed, layout=self.layout)
+        self.kernels = Kernels()
+        linear = functools.partial(Linear, packed=self.packed, kernels=self.kernels)
         self.layers = [
             _LlamaLayer(l.input_layernorm.weight, linear(m[:3]), linear(m[3:4]),
                         l.post_attention_layernorm.weight, linear(m[4:6]), linear(m[6:]))
@@ -369,6 +267,9 @@ class LeanLlama:
 
     def new_cache(self, dtype, device) -> LeanKV:
         return LeanKV(len(self.layers), self.kv_heads, self.head_dim, dtype, device)
+
+    def linears(self) -> list[Linear]:
+        return [m for l in self.layers for m in (l.qkv, l.o_proj, l.gate_up, l.down_proj)] + [self.lm_head]
 
     def _unit_norm(self, x):
         """RMSNorm without its weight, over sqrt(hidden) (both folded into the next map). Rows
@@ -417,11 +318,11 @@ class LeanLlama:
 @dataclass
 class _BigCodeBlock:
     ln_1: tuple
-    c_attn: _Linear
-    attn_proj: _Linear
+    c_attn: Linear
+    attn_proj: Linear
     ln_2: tuple
-    c_fc: _Linear
-    mlp_proj: _Linear
+    c_fc: Linear
+    mlp_proj: Linear
     act: object
 
 
@@ -462,8 +363,8 @@ class LeanBigCode:
         self.positions = _Positions()
         linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
         self.packed = _packs(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes)
-        self.layout = RowLayout()
-        linear = functools.partial(_Linear, packed=self.packed, layout=self.layout)
+        self.kernels = Kernels()
+        linear = functools.partial(Linear, packed=self.packed, kernels=self.kernels)
         self.blocks = [_BigCodeBlock(_ln(b.ln_1), *(linear([m]) for m in mods[:2]), _ln(b.ln_2),
                                      *(linear([m]) for m in mods[2:]), _activation(b.mlp.act))
                        for b, mods in zip(self.inner.h, linears)]
@@ -472,6 +373,9 @@ class LeanBigCode:
 
     def new_cache(self, dtype, device) -> LeanKV:
         return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
+
+    def linears(self) -> list[Linear]:
+        return [m for b in self.blocks for m in (b.c_attn, b.attn_proj, b.c_fc, b.mlp_proj)] + [self.lm_head]
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
         step = _SliceStep(kv, self.positions, ids, self.wte.dtype, tree)
@@ -521,65 +425,21 @@ def lean_unsupported(model) -> str | None:
     return f"no lean forward for {type(model).__name__}"
 
 
-def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, layout: RowLayout | None = None) -> LeanModel | None:
+def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | None = None) -> LeanModel | None:
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
-    (0: never; it then reads the model's own weights). Packed weights on a CPU take the row
-    layout measured here (measure_row_layout) unless `layout` says which."""
+    (0: never; it then reads the model's own weights). Packed weights on a CPU take the matmul
+    kernels measured here (engine/matmul.py, choose_kernels) unless `kernels` says which."""
     reason = lean_unsupported(model)
     if reason is not None:
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
         return None
     lean = LeanBigCode(model, pack_max_bytes) if isinstance(model, GPTBigCodeForCausalLM) else LeanLlama(model, pack_max_bytes)
-    if layout is not None:
-        lean.layout.wide_from, lean.layout.wide_to, lean.layout.note = layout.wide_from, layout.wide_to, layout.note
+    if lean.packed and kernels is not None:
+        use_kernels(lean, kernels)
     elif lean.packed and next(model.parameters()).device.type == "cpu":
-        measure_row_layout(lean)
+        choose_kernels(lean)
     return lean
-
-
-# The verify widths measure_row_layout times, and the cached tokens before them.
-LAYOUT_WIDTHS, LAYOUT_CONTEXT = (4, 6, 9, 12, 16), 128
-
-
-def measure_row_layout(lean: LeanModel, reps: int = 5) -> RowLayout:
-    """Time `lean`'s verify passes (LAYOUT_WIDTHS rows after LAYOUT_CONTEXT cached tokens, fewer
-    where the model has fewer positions, on a scratch cache) in both row layouts, interleaved, and keep the faster: the transposed one
-    only where it wins by 3 % or more (a near tie keeps rows contiguous). Widths that are not
-    powers of two are in the set: on the AMD CPU the transposed layout lost most there (1.3-1.5x
-    at 6, 12, 24 rows). 60 passes: about 0.2 s for the shipped target, once per model load."""
-    layout = lean.layout
-    cfg = lean.model.config
-    positions = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
-    context = LAYOUT_CONTEXT if positions is None else min(LAYOUT_CONTEXT, positions - max(LAYOUT_WIDTHS))
-    if context < 1:
-        layout.note = f"not measured ({positions} positions)"
-        return layout
-    param = next(lean.model.parameters())
-    vocab = lean.model.get_input_embeddings().weight.shape[0]
-    ids = torch.arange(context + max(LAYOUT_WIDTHS), device=param.device) * 53 % vocab   # any ids do
-    kv = lean.new_cache(param.dtype, param.device)
-    candidates = {"transposed": (WIDE_ROWS, WIDE_ROWS_END), "plain": (WIDE_ROWS, WIDE_ROWS)}
-    times: dict[str, list[list[float]]] = {name: [[] for _ in LAYOUT_WIDTHS] for name in candidates}
-    with torch.inference_mode():
-        lean(ids[:context], kv, 1)
-        for rep in range(reps + 1):    # rep 0 warms both up
-            names = list(candidates) if rep % 2 else list(reversed(candidates))
-            for i, w in enumerate(LAYOUT_WIDTHS):
-                for name in names:
-                    layout.wide_from, layout.wide_to = candidates[name]
-                    kv.length = context
-                    t0 = time.perf_counter()
-                    lean(ids[context:context + w], kv, w)
-                    if rep:
-                        times[name][i].append(time.perf_counter() - t0)
-    ms = {name: 1000 * sum(statistics.median(t) for t in per_width) for name, per_width in times.items()}
-    best = "transposed" if ms["transposed"] < 0.97 * ms["plain"] else "plain"
-    layout.wide_from, layout.wide_to = candidates[best]
-    layout.note = (f"{best}: passes of {'/'.join(map(str, LAYOUT_WIDTHS))} rows took {ms['transposed']:.2f} ms "
-                   f"transposed, {ms['plain']:.2f} ms plain")
-    log.info("%s matmul layout %s", type(lean.model).__name__, layout.note)
-    return layout
 
 
 def _float_rows(logits: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,14 @@
 """The lean forward equals the transformers forward on every path it takes: packed weight
-copies or the model's own weights, one new token or a verify width (both row layouts of the
-packed matmuls, and whichever this machine measures faster),
+copies or the model's own weights, one new token or a verify width (each matmul kernel of the
+packed maps, and whichever this machine measures fastest),
 short inputs (mask band) or a long prefill (built mask), grouped-query and multi-query
 attention, biases; and it never changes the model's parameters."""
 import pytest
 import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
-from engine.lean import (MASK_BAND_WIDTH, WIDE_ROWS, WIDE_ROWS_END, LeanForward, make_lean,
-                         measure_row_layout, plain_layout, transposed_layout)
+from engine.lean import MASK_BAND_WIDTH, LeanForward, make_lean
+from engine.matmul import ONEDNN, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, choose_kernels
 from tests.tiny_models import bigcode_config, llama_config, tiny_model
 
 VOCAB = 300
@@ -34,25 +34,32 @@ def _reference(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0].float()
 
 
-LAYOUTS = {"packed, transposed": (True, transposed_layout), "packed, plain": (True, plain_layout),
+HAS_ONEDNN = _onednn_ops() is not None
+# packed weights with every kernel at every row count, one of each, the measured ones; or the model's own
+WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
+           "packed, transposed": (True, Kernels(ROWS, TRANSPOSED, TRANSPOSED, TRANSPOSED)),
+           "packed, onednn": (True, Kernels(ONEDNN, ONEDNN, ONEDNN, ONEDNN)),
+           "packed, mixed": (True, Kernels(ROWS, ONEDNN, TRANSPOSED, ONEDNN)),
            "packed, measured": (True, None), "model-weights": (False, None)}
 
 
-@pytest.mark.parametrize("weights", list(LAYOUTS))
+@pytest.mark.parametrize("weights", list(WEIGHTS))
 @pytest.mark.parametrize("kind", ["llama", "llama, 2 heads per kv head", "qwen2", "bigcode", "bigcode multi-head"])
 def test_lean_forward_equals_transformers_at_every_width(kind, weights):
-    packed, layout = LAYOUTS[weights]
+    packed, kernels = WEIGHTS[weights]
+    if kernels is not None and ONEDNN in (kernels.few, kernels.prefill) and not HAS_ONEDNN:
+        pytest.skip("this torch build has no oneDNN linear")
     model = _model(kind)
-    lean = make_lean(model, pack_max_bytes=2**30 if packed else 0, layout=layout and layout())
+    lean = make_lean(model, pack_max_bytes=2**30 if packed else 0, kernels=kernels)
     assert lean.packed == packed
-    if weights == "packed, transposed":
-        assert lean.layout.transposed and (lean.layout.wide_from, lean.layout.wide_to) == (WIDE_ROWS, WIDE_ROWS_END)
-    elif weights == "packed, plain":
-        assert not lean.layout.transposed
-    elif weights == "packed, measured":   # whichever won here
-        assert lean.layout.note.startswith("transposed: " if lean.layout.transposed else "plain: ")
     # packed Llama-family weights in float32 carry their RMSNorm weights (LeanLlama.folded)
     assert getattr(lean, "folded", False) == (packed and not kind.startswith("bigcode"))
+    if kernels is not None:
+        assert [getattr(lean.kernels, n) for n, _, _ in ROW_CLASSES] == [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
+        uses_onednn = ONEDNN in [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
+        assert all((m.weight_onednn is not None) == uses_onednn for m in lean.linears())
+    elif packed:   # measured: every class has one of its candidates, and the note says what was timed
+        assert lean.kernels.verify in (ROWS, TRANSPOSED, ONEDNN) and "verify " in lean.kernels.note
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (400,), generator=gen).tolist()
@@ -60,8 +67,7 @@ def test_lean_forward_equals_transformers_at_every_width(kind, weights):
     prefill = MASK_BAND_WIDTH + 30   # longer than the mask band
     pos = 0
     with torch.no_grad():
-        for width in [prefill, 1, 2, 3, WIDE_ROWS, 8, 16, 1, 5, 12, WIDE_ROWS_END - 1, WIDE_ROWS_END,
-                      MASK_BAND_WIDTH]:
+        for width in [prefill, 1, 2, 3, 4, 8, 16, 1, 5, 12, 31, 32, MASK_BAND_WIDTH]:
             got = fwd(ids[pos:pos + width], n_logits=width)
             assert got.is_contiguous() and got.shape == (width, VOCAB)
             torch.testing.assert_close(got, ref[pos:pos + width], atol=1e-4, rtol=1e-4, msg=f"width {width}")
@@ -102,27 +108,32 @@ def test_half_precision_matches_transformers():
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.9
 
 
-def test_measuring_the_row_layout_leaves_the_forward_exact_and_the_cache_alone():
-    """measure_row_layout times both layouts on a scratch cache: a forward made before it goes
-    on from its own cache, and the layout it picks is one of the two, with its timings."""
+def test_measuring_the_kernels_leaves_the_forward_exact_and_the_cache_alone():
+    """choose_kernels times the kernels on a scratch cache: a forward made before it goes on
+    from its own cache, and every class gets one of its candidates."""
     model = _model("llama")
-    lean = make_lean(model, layout=transposed_layout())
+    lean = make_lean(model, kernels=Kernels())
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     ids = list(range(3, 60))
     ref = _reference(model, ids)
     with torch.no_grad():
         first = fwd(ids[:40], n_logits=40)
-        layout = measure_row_layout(lean, reps=1)
+        kernels = choose_kernels(lean, reps=1)
         rest = fwd(ids[40:], n_logits=len(ids) - 40)
-    assert layout is lean.layout and " ms transposed, " in layout.note and layout.note.endswith(" ms plain")
-    assert (layout.wide_from, layout.wide_to) in ((WIDE_ROWS, WIDE_ROWS_END), (WIDE_ROWS, WIDE_ROWS))
+    assert kernels is lean.kernels
+    for name, _, _ in ROW_CLASSES:
+        assert getattr(kernels, name) in ((ROWS, TRANSPOSED, ONEDNN) if name == "verify" else (ROWS, ONEDNN))
+        assert f"{name} {getattr(kernels, name)} (" in kernels.note
+    assert (ONEDNN in kernels.note) == HAS_ONEDNN
+    chosen = {getattr(kernels, n) for n, _, _ in ROW_CLASSES}
+    assert all((m.weight_onednn is not None) == (ONEDNN in chosen) for m in lean.linears())
     torch.testing.assert_close(torch.cat([first, rest]), ref, atol=1e-4, rtol=1e-4)
 
 
-def test_a_model_with_few_positions_keeps_its_layout_unmeasured():
+def test_a_model_with_few_positions_measures_only_the_widths_it_has():
     model = GPTBigCodeForCausalLM(bigcode_config(VOCAB, n_positions=16)).eval()
     lean = make_lean(model)
-    assert lean.packed and lean.layout.note == "not measured (16 positions)"
+    assert lean.packed and "prefill" not in lean.kernels.note and lean.kernels.prefill == ROWS
     with torch.no_grad():   # and it still runs every width it has positions for
         got = LeanForward(lean, torch.float32, torch.device("cpu"))(list(range(3, 19)), n_logits=16)
     torch.testing.assert_close(got, _reference(model, list(range(3, 19))), atol=1e-4, rtol=1e-4)

@@ -1,0 +1,221 @@
+"""The lean forward's linear maps (engine/lean.py), and which matmul kernel each call takes.
+
+A completion-sized model multiplies a few rows at a time: 1 in a decode step, 2-31 in a verify
+pass, hundreds in a prompt's prefill. Which kernel runs a given number of rows fastest depends on
+the CPU and its libraries, by far more than the noise:
+- On the Intel VM of the earlier figures, MKL ran 1-3 rows 1.5-2x faster as x @ [in, out]
+  (ROWS) and 4-16 rows 1.3-1.6x faster as ([out, in] @ x^T)^T (TRANSPOSED).
+- On an AMD EPYC (Zen 5, 2026-12-02) the transposed product lost at every width, up to 1.5x,
+  and oneDNN's kernel on a weight packed for it (ONEDNN) ran the shipped target's verify passes
+  1.2-1.5x and its prefills 1.35-1.6x faster than MKL, while it ran the 96-wide draft's slower.
+So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
+whole forward passes on a scratch cache, once per load) for each class of row counts and keeps
+the fastest. Every kernel computes the same products; they differ in rounding only (allclose).
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger("specfill.engine")
+
+ROWS, TRANSPOSED, ONEDNN = "rows", "transposed", "onednn"
+
+# The classes of row counts that share a kernel: (name, fewest rows, widths measured).
+ROW_CLASSES = (("one", 1, (1,)), ("few", 2, (2, 3)), ("verify", 4, (4, 6, 9, 12, 16)),
+               ("prefill", 32, (48, 160)))
+# The cached tokens before each measured pass, and the rounds over each class's widths (the
+# first one warms up; prefill passes cost tens of steps, so fewer of them).
+MEASURE_CONTEXT, MEASURE_REPS, PREFILL_REPS = 128, 5, 3
+# Another kernel replaces ROWS only when it is this much faster: near a tie, keep the plain one.
+MIN_GAIN = 0.97
+
+
+@dataclass
+class Kernels:
+    """The kernel of each class of row counts (ROW_CLASSES) for one model's packed maps.
+    Before measuring: the choice tuned on the Intel VM (what a CUDA device keeps too)."""
+    one: str = ROWS
+    few: str = ROWS
+    verify: str = TRANSPOSED
+    prefill: str = ROWS
+    note: str = "not measured"     # what choose_kernels timed
+
+    def for_rows(self, n: int) -> str:
+        return self.one if n == 1 else self.few if n < 4 else self.verify if n < 32 else self.prefill
+
+
+def _onednn_ops():
+    """oneDNN's packed-weight linear and its weight packing (private torch ops, which inductor's
+    CPU path uses), or None where this torch build does not have them."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return None
+        return torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._reorder_linear_weight
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _fused_bias(modules) -> torch.Tensor | None:
+    if all(m.bias is None for m in modules):
+        return None
+    return torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.weight.shape[0]) for m in modules])
+
+
+def weight_bytes(modules) -> int:
+    return sum(m.weight.numel() * m.weight.element_size() for m in modules)
+
+
+class Linear:
+    """One or more linear maps of the same input, their outputs concatenated.
+
+    Packed (small models): one matmul on copies of the weights owned here, concatenated, in the
+    layouts the kernels read: [out, in] (TRANSPOSED), [in, out] (ROWS) and, once a measurement
+    chose it, oneDNN's own (ONEDNN). The model's Kernels (shared by all its maps) say which one
+    a call of n rows takes. A transposed result is returned as a view: the next matmul takes it
+    transposed again, contiguous.
+    Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
+    parameters are never touched either way."""
+
+    def __init__(self, modules: list[torch.nn.Linear], packed: bool, kernels: Kernels):
+        self.kernels = kernels
+        self.bias = _fused_bias(modules)
+        self.bias_column = None if self.bias is None else self.bias[:, None]
+        self.packed = packed
+        self.weight_onednn = None
+        if packed:
+            self.weight = torch.cat([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
+            self.weight_t = self.weight.t().contiguous()
+            self.parts = None
+        else:
+            self.weight = modules[0].weight if len(modules) == 1 else None
+            self.weight_t = None if self.weight is None else self.weight.t()
+            self.parts = [(m.weight, m.bias) for m in modules]
+
+    def scale_inputs(self, scale: torch.Tensor) -> None:
+        """Multiply the map's input features by `scale` inside its packed weights (W diag(scale)),
+        so the caller need not scale its input. Packed maps of several modules only: their
+        weights are copies owned here, never the model's."""
+        assert self.packed and self.parts is None and self.weight_t is not None
+        self.weight = self.weight * scale
+        self.weight_t = self.weight.t().contiguous()
+
+    def pack_onednn(self) -> None:
+        """oneDNN's copy of the packed weight (the weight's size again)."""
+        with torch.no_grad():
+            self.weight_onednn = _onednn_ops()[1](self.weight.detach().contiguous(), 16)
+
+    @staticmethod
+    def extra_bytes(modules: list[torch.nn.Linear]) -> int:
+        """Memory of the packed copies (oneDNN's, when chosen, adds the weights' size once more)."""
+        return weight_bytes(modules) * (2 if len(modules) > 1 else 1)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            kernel = self.kernels.for_rows(h.shape[0])
+            if kernel == ONEDNN:
+                return _onednn_linear(h, self.weight_onednn, self.bias)
+            if kernel == TRANSPOSED:
+                if self.bias is None:
+                    return torch.mm(self.weight, h.t()).t()
+                return torch.addmm(self.bias_column, self.weight, h.t()).t()
+        if self.weight_t is not None:
+            return torch.mm(h, self.weight_t) if self.bias is None else torch.addmm(self.bias, h, self.weight_t)
+        return torch.cat([F.linear(h, w, b) for w, b in self.parts], dim=-1)
+
+    def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """x + self(h), one addmm where there is no bias (single maps only)."""
+        kernel = self.kernels.for_rows(h.shape[0]) if self.packed else ROWS
+        if kernel == ONEDNN:
+            return _onednn_linear(h, self.weight_onednn, self.bias).add_(x)
+        if self.bias is not None:
+            x = x + self.bias
+        if kernel == TRANSPOSED:
+            return torch.addmm(x.t(), self.weight, h.t()).t()
+        return torch.addmm(x, h, self.weight_t)
+
+
+def _onednn_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(h if h.is_contiguous() else h.contiguous(), weight, bias,
+                                              "none", [], "")
+
+
+def _onednn_agrees(linear: Linear) -> bool:
+    """Whether oneDNN's kernel gives this map's products (the torch build's op may differ)."""
+    h = torch.randn(16, linear.weight.shape[1], generator=torch.Generator().manual_seed(0),
+                    dtype=linear.weight.dtype).to(linear.weight.device)
+    with torch.no_grad():
+        try:
+            linear.pack_onednn()
+            got = _onednn_linear(h, linear.weight_onednn, linear.bias)
+        except RuntimeError:
+            return False
+        want = F.linear(h, linear.weight, linear.bias)
+    return got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def use_kernels(lean, kernels: Kernels) -> None:
+    """Give `lean` (a packed LeanModel) these kernels, packing oneDNN's copies where one uses it
+    and dropping them where none does."""
+    chosen = {getattr(kernels, name) for name, _, _ in ROW_CLASSES}
+    for linear in lean.linears():
+        if ONEDNN in chosen and linear.weight_onednn is None:
+            linear.pack_onednn()
+        elif ONEDNN not in chosen:
+            linear.weight_onednn = None
+    for name, _, _ in ROW_CLASSES:
+        setattr(lean.kernels, name, getattr(kernels, name))
+    lean.kernels.note = kernels.note
+
+
+def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
+    """Time `lean`'s forward passes on this machine with each kernel for each class of row
+    counts (ROW_CLASSES: its widths after MEASURE_CONTEXT cached tokens, fewer where the model
+    has fewer positions; kernels interleaved, medians) and keep the fastest of each (ROWS unless
+    another wins by MIN_GAIN). oneDNN is a candidate for float32 weights where the torch build
+    has its kernel and it gives the same products. The shipped target: about 0.5 s, once per load."""
+    kernels = lean.kernels
+    param = next(lean.model.parameters())
+    cfg = lean.model.config
+    positions = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1 << 30
+    context = min(MEASURE_CONTEXT, positions // 2)
+    linears = lean.linears()
+    onednn = param.dtype == torch.float32 and _onednn_ops() is not None and all(map(_onednn_agrees, linears))
+    vocab = lean.model.get_input_embeddings().weight.shape[0]
+    kv = lean.new_cache(param.dtype, param.device)
+    notes = []
+    with torch.inference_mode():
+        lean(torch.arange(context, device=param.device) * 53 % vocab, kv, 1)
+        for name, _, widths in ROW_CLASSES:
+            widths = [w for w in widths if context + w <= positions]
+            candidates = [ROWS] + ([TRANSPOSED] if name == "verify" else []) + ([ONEDNN] if onednn else [])
+            if not widths or len(candidates) == 1:
+                setattr(kernels, name, ROWS)
+                continue
+            ids = torch.arange(context, context + max(widths), device=param.device) * 53 % vocab   # any ids do
+            times = {k: [[] for _ in widths] for k in candidates}
+            for rep in range((PREFILL_REPS if name == "prefill" else reps) + 1):    # rep 0 warms up
+                order = candidates[rep % len(candidates):] + candidates[:rep % len(candidates)]
+                for i, w in enumerate(widths):
+                    for k in order:
+                        setattr(kernels, name, k)
+                        kv.length = context
+                        t0 = time.perf_counter()
+                        lean(ids[:w], kv, w)
+                        if rep:
+                            times[k][i].append(time.perf_counter() - t0)
+            ms = {k: 1000 * sum(statistics.median(t) for t in per_width) for k, per_width in times.items()}
+            best = min(ms, key=ms.get)
+            best = best if ms[best] < MIN_GAIN * ms[ROWS] else ROWS
+            setattr(kernels, name, best)
+            notes.append(f"{name} {best} ({'/'.join(map(str, widths))} rows: "
+                         + ", ".join(f"{k} {v:.2f} ms" for k, v in ms.items()) + ")")
+    use_kernels(lean, kernels)   # drops oneDNN's copies where no class took it
+    kernels.note = "; ".join(notes) if notes else "measured: only one kernel here"
+    log.info("%s matmul kernels: %s", type(lean.model).__name__, kernels.note)
+    return kernels

@@ -27,8 +27,9 @@ log = logging.getLogger("specfill.engine")
 ROWS, TRANSPOSED, ONEDNN = "rows", "transposed", "onednn"
 
 # The classes of row counts that share a kernel: (name, fewest rows, widths measured).
-ROW_CLASSES = (("one", 1, (1,)), ("few", 2, (2, 3)), ("verify", 4, (4, 6, 9, 12, 16)),
-               ("prefill", 32, (48, 160)))
+FEW_ROWS, VERIFY_ROWS, PREFILL_ROWS = 2, 4, 32
+ROW_CLASSES = (("one", 1, (1,)), ("few", FEW_ROWS, (2, 3)), ("verify", VERIFY_ROWS, (4, 6, 9, 12, 16)),
+               ("prefill", PREFILL_ROWS, (48, 160)))
 # The cached tokens before each measured pass, and the rounds over each class's widths (the
 # first one warms up; prefill passes cost tens of steps, so fewer of them).
 MEASURE_CONTEXT, MEASURE_REPS, PREFILL_REPS = 128, 5, 3
@@ -47,7 +48,8 @@ class Kernels:
     note: str = "not measured"     # what choose_kernels timed
 
     def for_rows(self, n: int) -> str:
-        return self.one if n == 1 else self.few if n < 4 else self.verify if n < 32 else self.prefill
+        return self.one if n < FEW_ROWS else self.few if n < VERIFY_ROWS else self.verify if n < PREFILL_ROWS \
+            else self.prefill
 
 
 def _onednn_ops():

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -429,7 +429,8 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
     (0: never; it then reads the model's own weights). Packed weights on a CPU take the matmul
-    kernels measured here (engine/matmul.py, choose_kernels) unless `kernels` says which."""
+    kernels measured here (engine/matmul.py, choose_kernels; once per process for each model
+    shape, so two engines of one model compute alike) unless `kernels` says which."""
     reason = lean_unsupported(model)
     if reason is not None:
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
@@ -438,8 +439,23 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     if lean.packed and kernels is not None:
         use_kernels(lean, kernels)
     elif lean.packed and next(model.parameters()).device.type == "cpu":
-        choose_kernels(lean)
+        key = _shape_key(model)
+        if key in _KERNELS_MEASURED:   # the same shapes again (a second engine): the same kernels
+            use_kernels(lean, _KERNELS_MEASURED[key])
+        else:
+            _KERNELS_MEASURED[key] = replace(choose_kernels(lean))
     return lean
+
+
+# Kernels measured in this process, by the shapes that decide them (_shape_key).
+_KERNELS_MEASURED: dict[tuple, Kernels] = {}
+
+
+def _shape_key(model) -> tuple:
+    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads."""
+    param = next(model.parameters())
+    sizes = tuple(sorted((k, v) for k, v in model.config.to_dict().items() if isinstance(v, int)))
+    return type(model).__name__, sizes, param.dtype, str(param.device), torch.get_num_threads()
 
 
 def _float_rows(logits: torch.Tensor) -> torch.Tensor:

@@ -137,3 +137,11 @@ def test_a_model_with_few_positions_measures_only_the_widths_it_has():
     with torch.no_grad():   # and it still runs every width it has positions for
         got = LeanForward(lean, torch.float32, torch.device("cpu"))(list(range(3, 19)), n_logits=16)
     torch.testing.assert_close(got, _reference(model, list(range(3, 19))), atol=1e-4, rtol=1e-4)
+
+
+def test_a_second_model_of_the_same_shapes_takes_the_same_kernels():
+    """Measured once per process and shape: two engines of one model compute alike."""
+    first, second = make_lean(_model("qwen2")), make_lean(_model("qwen2"))
+    assert first.kernels == second.kernels and first.kernels is not second.kernels
+    uses_onednn = ONEDNN in [getattr(first.kernels, n) for n, _, _ in ROW_CLASSES]
+    assert all((m.weight_onednn is not None) == uses_onednn for m in second.linears())

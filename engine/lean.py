@@ -44,9 +44,10 @@ from .matmul import Kernels, Linear, choose_kernels, use_kernels
 
 log = logging.getLogger("specfill.engine")
 
-# Packed weight copies (see engine/matmul.py, Linear) are made only while they add at most this much memory:
-# they pay where per-operation overhead and small matmuls dominate (completion-sized models);
-# a big model's memory matters more.
+# Packed weight copies (see engine/matmul.py, Linear) are made only while they add at most this
+# much memory: they pay where per-operation overhead and small matmuls dominate (completion-sized
+# models); a big model's memory matters more. (Where a measurement picks oneDNN's kernel, its
+# copies add the weights' size once more.)
 PACK_MAX_BYTES = 64 * 2**20
 
 # Causal masks for up to this many new tokens are slices of one precomputed band (verify

@@ -9,8 +9,8 @@ the CPU and its libraries, by far more than the noise:
   and oneDNN's kernel on a weight packed for it (ONEDNN) ran the shipped target's verify passes
   1.2-1.5x and its prefills 1.35-1.6x faster than MKL, while it ran the 96-wide draft's slower.
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
-whole forward passes on a scratch cache, once per load) for each class of row counts and keeps
-the fastest. Every kernel computes the same products; they differ in rounding only (allclose).
+whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
+make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same products; they differ in rounding only (allclose).
 """
 from __future__ import annotations
 

@@ -128,7 +128,8 @@ def generate_main(argv: list[str]) -> int:
         lookup = engine.lookup_stats()   # what prompt lookup proposed, by source (as specfill.stats)
         if lookup is not None:
             stats["lookup"] = lookup
-        print(json.dumps({"text": result.text, "stop_reason": result.stop_reason, "stats": stats}))
+        print(json.dumps({"text": result.text, "stop_reason": result.stop_reason, "stats": stats,
+                          "matmul_kernels": engine.matmul_kernels()}))
     else:
         s = result.stats
         print(result.text)

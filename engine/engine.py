@@ -41,6 +41,7 @@ class Engine:
         self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean,
                            cuda_graphs=config.cuda_graphs)
         self.draft: LoadedModel | None = None
+        self.draft_pool: KVPool | None = None
         self.memory = DraftMemory()
         vocab = self.target.vocab
         # only where prompt lookup runs: a store nobody asks costs its load for nothing
@@ -57,8 +58,8 @@ class Engine:
             self.draft = load_model(config.draft, "draft", **kw)
             if self.draft.device != self.target.device and config.device_map is None:
                 raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
-            draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens, config.lean,
-                                cuda_graphs=config.cuda_graphs)
+            draft_pool = self.draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens,
+                                                  config.lean, cuda_graphs=config.cuda_graphs)
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
                 model = ModelDrafter(draft_pool, vocab=self.draft.vocab)
             else:
@@ -69,6 +70,17 @@ class Engine:
         # The old +2/-1 rule drafts with the model alone when there is one.
         heuristic = settings.draft_length == "auto" and settings.draft_control == "heuristic"
         return not (heuristic and self.drafters.model is not None)
+
+    def matmul_kernels(self) -> dict:
+        """Each model's matmul kernels and what their measurement timed (engine/matmul.py); None
+        for a model without packed lean weights (the transformers forward, or a large model)."""
+        def kernels(pool: KVPool | None):
+            lean = pool.lean_model if pool is not None else None
+            if lean is None or not lean.packed:
+                return None
+            k = lean.kernels
+            return {"one": k.one, "few": k.few, "verify": k.verify, "prefill": k.prefill, "note": k.note}
+        return {"target": kernels(self.pool), "draft": kernels(self.draft_pool)}
 
     def lookup_stats(self) -> dict | None:
         """The latest generate's prompt lookup (NgramDrafter.summary); None without lookup."""

@@ -217,7 +217,7 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
             best = min(ms, key=ms.get)
             best = best if ms[best] < MIN_GAIN * ms[ROWS] else ROWS
             setattr(kernels, name, best)
-            notes.append(f"{name} {best} ({'/'.join(map(str, widths))} rows: "
+            notes.append(f"{name} {best} (widths {'/'.join(map(str, widths))}: "
                          + ", ".join(f"{k} {v:.2f} ms" for k, v in ms.items()) + ")")
     use_kernels(lean, kernels)   # drops oneDNN's copies where no class took it
     kernels.note = "; ".join(notes) if notes else "measured: only one kernel here"

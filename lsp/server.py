@@ -362,7 +362,8 @@ def stats_report(ls: SpecfillServer) -> dict:
         "userAcceptance": state.user.summary(),
         "server": asdict(state.stats),
         "models": {"targetModel": state.settings.targetModel, "draftModel": state.settings.draftModel,
-                   "loaded": state.backend is not None, "loading": state.loading},
+                   "loaded": state.backend is not None, "loading": state.loading,
+                   "matmulKernels": _matmul_kernels(state.backend)},
         "settings": state.settings.to_dict(),
         "settingsVersion": state.settings_version,
         "positionEncoding": str(ls.workspace.position_encoding),
@@ -374,6 +375,12 @@ def stats_report(ls: SpecfillServer) -> dict:
         "pendingRequests": pending_requests(ls),
         "maxRssMb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+
+
+def _matmul_kernels(loaded) -> dict | None:
+    """The local engine's matmul kernels per model (Engine.matmul_kernels); None without one."""
+    kernels = getattr(getattr(loaded, "engine", None), "matmul_kernels", None)
+    return kernels() if kernels is not None else None
 
 
 def last_completion_stats(ls: SpecfillServer) -> dict:

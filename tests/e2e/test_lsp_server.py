@@ -103,6 +103,10 @@ async def test_settings_in_force_name_the_loaded_models(client):
     assert s["settings"]["maxNewTokens"] == PULLED["maxNewTokens"]
     assert s["settings"]["targetModel"] == tiny_options()["targetModel"]
     assert s["models"]["loaded"] and not s["models"]["loading"]
+    # each loaded model's matmul kernels, as measured on this machine (engine/matmul.py)
+    kernels = s["models"]["matmulKernels"]
+    assert set(kernels) == {"target", "draft"}
+    assert all(k["verify"] in ("rows", "transposed", "onednn") and "verify " in k["note"] for k in kernels.values())
 
 
 async def test_inline_completion_equals_the_pipeline_at_a_non_ascii_position(client):
@@ -255,6 +259,7 @@ async def test_changing_the_draft_reloads_in_background_and_output_stays_the_tar
     await wait_loaded(client, loads + 1)
     s = await stats(client)
     assert s["models"]["draftModel"] == "ngram" and s["server"]["loads"] == loaded + 1
+    assert s["models"]["matmulKernels"]["draft"] is None    # prompt lookup has no matmuls
     uri = "file:///work/ngram.py"
     open_doc(client, uri, DOC)
     got = [i.insert_text for i in items(await inline(client, uri, 6, len("        return json.")))]

@@ -7,9 +7,10 @@ import pytest
 import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
+from engine import Engine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, make_lean
 from engine.matmul import ONEDNN, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, choose_kernels
-from tests.tiny_models import bigcode_config, llama_config, tiny_model
+from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
 
@@ -145,3 +146,14 @@ def test_a_second_model_of_the_same_shapes_takes_the_same_kernels():
     assert first.kernels == second.kernels and first.kernels is not second.kernels
     uses_onednn = ONEDNN in [getattr(first.kernels, n) for n, _, _ in ROW_CLASSES]
     assert all((m.weight_onednn is not None) == uses_onednn for m in second.linears())
+
+
+def test_the_engine_reports_each_models_kernels():
+    """`specfill generate --json` and specfill.stats show what each model measured and took."""
+    target_dir, draft_dir = tiny_pair_dirs()
+    report = Engine(EngineConfig(target=target_dir, draft=draft_dir)).matmul_kernels()
+    assert set(report) == {"target", "draft"}
+    for kernels in report.values():
+        assert kernels["verify"] in (ROWS, TRANSPOSED, ONEDNN)
+        assert f"verify {kernels['verify']} (widths 4/6/9/12/16: " in kernels["note"]
+    assert Engine(EngineConfig(target=target_dir, draft="ngram")).matmul_kernels()["draft"] is None

@@ -371,7 +371,7 @@ def server_settings(target: str, draft: str, device: str = "auto", dtype: str = 
 
 def cpu_name() -> str:
     """The CPU's model name where Linux says it (figures differ by CPU maker and generation:
-    the lean forward's matmul layout is measured per machine for that reason), else the arch."""
+    the lean forward's matmul kernels are measured per machine for that reason), else the arch."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:

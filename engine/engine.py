@@ -1,6 +1,7 @@
 """The Engine: target + drafter + their KV pools, kept alive across requests."""
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Sequence
 
@@ -78,8 +79,7 @@ class Engine:
             lean = pool.lean_model if pool is not None else None
             if lean is None or not lean.packed:
                 return None
-            k = lean.kernels
-            return {"one": k.one, "few": k.few, "verify": k.verify, "prefill": k.prefill, "note": k.note}
+            return dataclasses.asdict(lean.kernels)
         return {"target": kernels(self.pool), "draft": kernels(self.draft_pool)}
 
     def lookup_stats(self) -> dict | None:

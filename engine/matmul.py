@@ -10,7 +10,8 @@ the CPU and its libraries, by far more than the noise:
   1.2-1.5x and its prefills 1.35-1.6x faster than MKL, while it ran the 96-wide draft's slower.
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
 whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
-make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same products; they differ in rounding only (allclose).
+make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same
+products; they differ in rounding only (allclose).
 """
 from __future__ import annotations
 
@@ -182,7 +183,7 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
     counts (ROW_CLASSES: its widths after MEASURE_CONTEXT cached tokens, fewer where the model
     has fewer positions; kernels interleaved, medians) and keep the fastest of each (ROWS unless
     another wins by MIN_GAIN). oneDNN is a candidate for float32 weights where the torch build
-    has its kernel and it gives the same products. The shipped target: about 0.5 s, once per load."""
+    has its kernel and it gives the same products. The shipped target: about 0.5 s."""
     kernels = lean.kernels
     param = next(lean.model.parameters())
     cfg = lean.model.config

@@ -5,9 +5,10 @@ pass, hundreds in a prompt's prefill. Which kernel runs a given number of rows f
 the CPU and its libraries, by far more than the noise:
 - On the Intel VM of the earlier figures, MKL ran 1-3 rows 1.5-2x faster as x @ [in, out]
   (ROWS) and 4-16 rows 1.3-1.6x faster as ([out, in] @ x^T)^T (TRANSPOSED).
-- On an AMD EPYC (Zen 5, 2026-12-02) the transposed product lost at every width, up to 1.5x,
-  and oneDNN's kernel on a weight packed for it (ONEDNN) ran the shipped target's verify passes
-  1.2-1.5x and its prefills 1.35-1.6x faster than MKL, while it ran the 96-wide draft's slower.
+- On an AMD EPYC (Zen 5, 2026-12-02) the transposed product lost, and oneDNN's kernel on a
+  weight packed for it (ONEDNN) ran the shipped target's verify passes and prefills faster than
+  MKL and the 96-wide draft's slower (the figures, and the command that prints them: README,
+  "Engine benchmark").
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
 whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
 make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same

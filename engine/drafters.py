@@ -17,7 +17,7 @@ import torch
 
 from .control import DraftWork
 from .kv import KVPool, KVSession
-from .sampling import sample, target_probs
+from .sampling import greedy_ids, sample, target_probs
 from .vocab import TokenVocab
 
 
@@ -76,11 +76,10 @@ def _greedy(logits: torch.Tensor, confidence: float) -> tuple[int, float]:
     """The draft's greedy token and its probability. The softmax over the vocabulary only where
     a confidence threshold will read it; otherwise the argmax of the logits (1.0 stands for the
     probability: nothing compares it)."""
+    t = greedy_ids(logits)[0]
     if confidence <= 0:
-        return int(logits.argmax()), 1.0
-    probs = torch.softmax(logits, -1)
-    t = int(probs.argmax())
-    return t, float(probs[t])
+        return t, 1.0
+    return t, float(torch.softmax(logits, -1)[t])
 
 
 def _first_pass(session: KVSession, t0: float) -> DraftWork:

@@ -26,7 +26,7 @@ from .drafters import Draft, Drafter, Sampling
 from .lookup import NgramDrafter
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
 from .models import LoadedModel
-from .sampling import sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree
+from .sampling import greedy_ids, sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
 from .tree import DraftTree, build_tree
 from .vocab import decode_bytes
@@ -389,7 +389,7 @@ def _prefill(session: KVSession, prompt: list[int], settings: GenerationSettings
     logits = session.advance(prompt, n_logits=1)
     stats.reused_tokens, stats.prefill_tokens = reused, len(prompt) - reused
     if settings.temperature <= 0:
-        return int(logits[-1].argmax())
+        return greedy_ids(logits[-1])[0]
     return sample(target_probs(logits[-1:], settings.temperature, settings.top_k, settings.top_p)[0], gen)
 
 

@@ -15,7 +15,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
 from engine.drafters import ModelDrafter, TextDrafter
 from engine.lookup import NgramDrafter
-from engine.sampling import target_probs
+from engine.sampling import greedy_ids, target_probs
 from engine.vocab import build_vocab
 from tests.tiny_models import init_sharp, llama_config
 
@@ -180,3 +180,19 @@ def test_chi_square_rejects_the_draft_distribution(small_models):
     idx = torch.multinomial(torch.tensor([draft_dist[k] for k in keys]), N_SAMPLES, replacement=True, generator=g)
     counts = Counter(keys[i] for i in idx.tolist())
     assert not _chi_square_ok(counts, dist, N_SAMPLES)
+
+
+def test_greedy_ids_equal_torch_argmax_on_every_dtype_and_edge():
+    """greedy_ids (numpy on the CPU) picks what torch's argmax picks: random rows, ties (the
+    first index), a NaN (counts as the maximum), a 1-D vector, and bfloat16 (torch's path)."""
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(17, 4096, generator=gen)
+    rows[3, 10] = rows[3, 2000] = rows[3].max() + 1          # a tie: the first index wins
+    rows[5, 77] = float("nan")
+    rows[6] = 0.0                                            # all equal
+    for dtype in (torch.float32, torch.float16, torch.float64, torch.bfloat16):
+        x = rows.to(dtype)
+        assert greedy_ids(x) == x.argmax(-1).tolist()
+        assert greedy_ids(x[4]) == [int(x[4].argmax())]
+    assert greedy_ids(rows)[3] == 10 and greedy_ids(rows)[5] == 77 and greedy_ids(rows)[6] == 0
+    assert greedy_ids(rows[:, ::3]) == rows[:, ::3].argmax(-1).tolist()   # a strided view

@@ -17,10 +17,12 @@ _NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
 
 def greedy_ids(logits: torch.Tensor) -> list[int]:
     """The argmax of each row of [n, V] logits (of a 1-D vector: a list of one). On the CPU
-    through numpy: torch's CPU argmax took ~10 us a row of the shipped target's 4,096 logits
-    (one thread; 150 us for a 17-token verify pass), numpy's ~0.5 us. Both take the first index
-    of the maximum, a NaN counting as the maximum, so the choice is the same."""
-    if logits.device.type == "cpu" and logits.dtype in _NUMPY_DTYPES:
+    through numpy: timed warm with one thread, torch's CPU argmax took ~10 us a row of the
+    shipped target's 4,096 logits (150 us for a 17-token verify pass), numpy's ~0.5 us; right
+    after a forward pass (cold caches) the gap is far smaller at narrow widths. Both take the
+    first index of the maximum, a NaN counting as the maximum, so the choice is the same. A
+    tensor that records gradients cannot be read by numpy: it stays on torch's path."""
+    if logits.device.type == "cpu" and logits.dtype in _NUMPY_DTYPES and not logits.requires_grad:
         return logits.numpy().argmax(-1).reshape(-1).tolist()
     return logits.argmax(-1).reshape(-1).tolist()
 

@@ -196,3 +196,5 @@ def test_greedy_ids_equal_torch_argmax_on_every_dtype_and_edge():
         assert greedy_ids(x[4]) == [int(x[4].argmax())]
     assert greedy_ids(rows)[3] == 10 and greedy_ids(rows)[5] == 77 and greedy_ids(rows)[6] == 0
     assert greedy_ids(rows[:, ::3]) == rows[:, ::3].argmax(-1).tolist()   # a strided view
+    grad = rows.clone().requires_grad_()                       # numpy cannot read it: torch's path
+    assert greedy_ids(grad) == rows.argmax(-1).tolist()

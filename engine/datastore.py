@@ -162,7 +162,9 @@ class Datastore:
             return None
         k = min(k, MAX_PROPOSAL)
         tail = seq[:-MAX_MATCH - 1:-1]
-        query = np.asarray(tail, dtype=">u4").tobytes()
+        # big-endian 4-byte ids, as the index holds them (struct, not numpy: a round's one
+        # query of 16 ids is cheaper without an array made and dropped)
+        query = struct.pack(f">{len(tail)}I", *tail)
         at = bisect_left(self._order, query, key=self._key)
         match = max(self._common(query, at - 1), self._common(query, at))
         if match == 0:

@@ -332,15 +332,15 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     elif plan.drafter == "tree":
         model = _model_draft(d, plan.k, sampling)
         chain_l, chain_m = lookup[:plan.lookup_k], cut(model.tokens[:plan.k])
-        plan = replace(plan, k=_asked(plan.k, model.tokens[:plan.k], chain_m),
-                       lookup_k=_asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
+        plan.k, plan.lookup_k = (_asked(plan.k, model.tokens[:plan.k], chain_m),
+                                 _asked(plan.lookup_k, lookup[:plan.lookup_k], chain_l))
         prop = _as_tree(d.seq[-1], plan, chain_l, Draft(chain_m, model.q))
         prop.model_draft = model
     else:
         draft = Draft(lookup[:plan.k]) if plan.drafter == "lookup" else (
             _model_draft(d, plan.k, sampling) if plan.drafter == "model" else Draft([]))
         cand = cut(draft.tokens[:plan.k]) if plan.drafter == "model" else draft.tokens[:plan.k]
-        plan = replace(plan, k=_asked(plan.k, draft.tokens[:plan.k], cand))
+        plan.k = _asked(plan.k, draft.tokens[:plan.k], cand)   # (the round's own Plan: set in place)
         prop = Proposal(plan, cand, draft, model_draft=draft if draft.work is not None else None)
     prop.draft_ms, prop.begin_ms = (time.perf_counter() - t0) * 1000, begin_ms
     return prop

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from array import array
 from dataclasses import dataclass, replace
 
 import torch
@@ -459,6 +460,15 @@ def _shape_key(model) -> tuple:
     return type(model).__name__, sizes, param.dtype, str(param.device), torch.get_num_threads()
 
 
+def long_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
+    """A list of ids as a long tensor on `device`. On the CPU it is read from an array's buffer
+    (the tensor holds the array): torch.tensor walks the list one object at a time, ~5 us for 8
+    ids against ~2 us, and a round makes one to three such tensors."""
+    if device.type == "cpu":
+        return torch.frombuffer(array("q", ids), dtype=torch.long) if ids else torch.empty(0, dtype=torch.long)
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
 def _float_rows(logits: torch.Tensor) -> torch.Tensor:
     """Logits as float32 rows in memory order (a wide packed matmul returns them transposed)."""
     if logits.dtype == torch.float32 and logits.is_contiguous():
@@ -484,7 +494,7 @@ class LeanForward:
     def _ids(self, new_ids: list[int]) -> torch.Tensor:
         if len(new_ids) == 1 and 0 <= new_ids[0] < len(self.token_ids):
             return self.token_ids[new_ids[0]:new_ids[0] + 1]
-        return torch.tensor(new_ids, dtype=torch.long, device=self.device)
+        return long_tensor(new_ids, self.device)
 
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
@@ -494,8 +504,8 @@ class LeanForward:
     def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
         if self.cache is None:
             self.cache = self.lean.new_cache(self.dtype, self.device)
-        x = torch.tensor(new_ids, dtype=torch.long, device=self.device)
-        layout = TreeLayout(torch.tensor(depths, dtype=torch.long, device=self.device), ancestors.to(self.device))
+        x = long_tensor(new_ids, self.device)
+        layout = TreeLayout(long_tensor(depths, self.device), ancestors.to(self.device))
         self.tree_root = self.cache.length
         logits = _float_rows(self.lean(x, self.cache, len(new_ids), layout))
         self.cache.length = self.tree_root + 1    # the root; keep_path brings back the accepted nodes

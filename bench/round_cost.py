@@ -6,10 +6,15 @@ in one run.
     python -m bench.round_cost                          # against DEFAULT_BASELINE, k = 4 and auto
     python -m bench.round_cost --baseline HEAD~2 --draft-lengths 4 --reps 3
     python -m bench.round_cost --baseline none          # this tree alone
+    python -m bench.round_cost --baseline HEAD~1 --workload end-of-line --draft-lengths auto --reps 4
 
 Both engines run the shipped pair on the same held-out prompts (bench.common.held_out_prompts,
 as `specfill generate` runs them: no cache reuse between prompts), one torch thread, the two
-engines alternating prompt by prompt. "Model math" is the time inside the lean models' own
+engines alternating prompt by prompt. `--workload end-of-line` asks instead for the multi-line
+answer at the end of 12 code lines of two held-out real files (bench.end_of_line, `--real-files`),
+each engine behind this tree's completion pipeline (in process, no server), where a round also
+checks the answer's stop rules and looks the documents up; a baseline engine must run behind
+this tree's pipeline for that. "Model math" is the time inside the lean models' own
 forward (LeanLlama / LeanBigCode `__call__`); everything else the engine does is outside it:
 turning ids into tensors and back, KV-session bookkeeping, drafting through text, planning,
 verification, stop checks and stats. The draft model's prefill (its first round in a request)
@@ -141,8 +146,11 @@ def instrument(pkg, engine) -> Timers:
     return timers
 
 
-def run_one(engine, prompt, settings, timers: Timers, totals: dict) -> list[int]:
-    result = engine.generate(prompt[0], prompt[1], settings)
+def run_one(engine, prompt, settings, totals: dict) -> list[int]:
+    return count(engine.generate(prompt[0], prompt[1], settings), totals)
+
+
+def count(result, totals: dict) -> list[int]:
     s = result.stats
     totals["latency"] += s.latency_ms
     totals["prefill"] += s.prefill_ms
@@ -153,6 +161,36 @@ def run_one(engine, prompt, settings, timers: Timers, totals: dict) -> list[int]
     if s.controller:
         totals["step_ms"] = (s.controller.get("model") or {}).get("step_ms")
     return result.token_ids
+
+
+def end_of_line_runner(engine, length):
+    """(positions, run): `run(position, rep, totals)` asks this tree's completion pipeline, over
+    `engine`, for the answer at one end-of-line position (a fresh document each time) and counts
+    the engine's run (its token ids come back; [] where it did not decode)."""
+    from bench.end_of_line import end_of_line_positions, real_files
+    from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
+
+    pipeline = CompletionPipeline(engine)
+    options = CompletionOptions(draft_length=length)
+    positions = [p for f in real_files(2) for p in end_of_line_positions(f, 6)]
+    ran = []
+    generate = engine.generate
+
+    def recorded(*args, **kwargs):
+        ran.append(generate(*args, **kwargs))
+        return ran[-1]
+    engine.generate = recorded   # this instance only
+
+    def run(i: int, rep: int, totals: dict) -> list[int]:
+        pos, ran[:] = positions[i], []
+        req = CompletionRequest(f"file:///round_cost/{rep}/{i}/{pos.file}", pos.text, pos.line, pos.character)
+        pipeline.note_document(req.uri, pos.text, pos.line)
+        try:
+            pipeline.complete(req, options)
+        finally:
+            pipeline.forget_document(req.uri)
+        return count(ran[-1], totals) if ran else []
+    return positions, run
 
 
 def report(name: str, t: Timers, totals: dict) -> dict:
@@ -213,6 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--draft-lengths", type=draft_lengths, default="4,auto",
                     help="comma-separated: numbers and/or auto")
     ap.add_argument("--reps", type=number(int, 1), default=2, help="passes over the prompts (the first one warms up)")
+    ap.add_argument("--workload", choices=("generate", "end-of-line"), default="generate",
+                    help="held-out left-to-right prompts (as specfill generate), or end-of-line answers "
+                         "through the completion pipeline")
     args = ap.parse_args(argv)
     refs = {"--ref": args.ref, "--baseline": None if args.baseline == "none" else args.baseline}
     shas = {option: commit_of(ref) for option, ref in refs.items() if ref is not None}
@@ -228,31 +269,39 @@ def main(argv=None) -> int:
             pkgs = [(f"engine {shas['--ref']}", engine_at(shas["--ref"], Path(tmp)))]
         if "--baseline" in shas:
             pkgs.append((f"baseline {shas['--baseline']}", engine_at(shas["--baseline"], Path(tmp))))
-        texts = held_out_prompts(args.prompts, args.prompt_chars)
-        print(f"torch {torch.__version__}, 1 thread; {args.prompts} prompts of {args.prompt_chars} characters, "
-              f"{args.max_new_tokens} new tokens, {args.reps} passes (the first not counted); shipped pair")
+        eol = args.workload == "end-of-line"
+        texts = [] if eol else held_out_prompts(args.prompts, args.prompt_chars)
+        what = "the end of 12 code lines of 2 held-out real files, through the completion pipeline" if eol else \
+            f"{args.prompts} prompts of {args.prompt_chars} characters, {args.max_new_tokens} new tokens"
+        print(f"torch {torch.__version__}, 1 thread; {what}, {args.reps} passes (the first not counted); shipped pair")
         for length in args.draft_lengths:
             engines = []
             for label, pkg in pkgs:
                 eng_mod = importlib.import_module(pkg.__name__ + ".engine")
                 set_mod = importlib.import_module(pkg.__name__ + ".settings")
-                engine = eng_mod.Engine(set_mod.EngineConfig(threads=1, kv_reuse=False))
-                settings = set_mod.GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=length)
-                prompts = [prompt_ids(engine, t) for t in texts]
-                engines.append((label, engine, settings, prompts, instrument(pkg, engine)))
+                engine = eng_mod.Engine(set_mod.EngineConfig(threads=1, kv_reuse=eol))
+                if eol:
+                    positions, run = end_of_line_runner(engine, length)
+                else:
+                    settings = set_mod.GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=length)
+                    prompts = [prompt_ids(engine, t) for t in texts]
+                    run = (lambda i, rep, totals, e=engine, s=settings, ps=prompts:
+                           run_one(e, ps[i], s, totals))
+                engines.append((label, run, instrument(pkg, engine)))
+            n = len(positions) if eol else len(texts)
             outputs: dict[tuple[str, int], list[int]] = {}
             totals = {label: defaultdict(float) for label, *_ in engines}
             for rep in range(args.reps):
-                for _, _, _, _, timers in engines:
+                for _, _, timers in engines:
                     timers.reset()
                 totals = {label: defaultdict(float) for label, *_ in engines}
-                for i in range(len(texts)):
+                for i in range(n):
                     order = engines if i % 2 == 0 else engines[::-1]
-                    for label, engine, settings, prompts, timers in order:
-                        outputs[(label, i)] = run_one(engine, prompts[i], settings, timers, totals[label])
-            rows = [report(label, timers, totals[label]) for label, _, _, _, timers in engines]
-            same = sum(len({tuple(outputs[(label, i)]) for label, *_ in engines}) == 1 for i in range(len(texts)))
-            print(f"\n## draft length {length}: outputs equal across engines {same}/{len(texts)}\n")
+                    for label, run, timers in order:
+                        outputs[(label, i)] = run(i, rep, totals[label])
+            rows = [report(label, timers, totals[label]) for label, _, timers in engines]
+            same = sum(len({tuple(outputs[(label, i)]) for label, *_ in engines}) == 1 for i in range(n))
+            print(f"\n## draft length {length}: outputs equal across engines {same}/{n}\n")
             print_table(rows)
             if len(rows) == 2:
                 a, b = rows

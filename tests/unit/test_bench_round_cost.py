@@ -16,7 +16,7 @@ def test_help_lists_the_options_and_the_module_text(capsys):
     assert code == 0 and err == ""
     assert out.startswith(f"usage: {PROG} ")
     for option in ("--baseline", "--ref", "--prompts", "--prompt-chars", "--max-new-tokens", "--draft-lengths",
-                   "--reps"):
+                   "--reps", "--workload"):
         assert option in out
     assert "python -m bench.round_cost --baseline none" in out    # the docstring's examples, as written
 

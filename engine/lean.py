@@ -462,8 +462,8 @@ def _shape_key(model) -> tuple:
 
 def long_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
     """A list of ids as a long tensor on `device`. On the CPU it is read from an array's buffer
-    (the tensor holds the array): torch.tensor walks the list one object at a time, ~5 us for 8
-    ids against ~2 us, and a round makes one to three such tensors."""
+    (the tensor holds the array), which costs less than torch.tensor walking the list one object
+    at a time; a round makes one to three such tensors (bench.round_cost, the score column)."""
     if device.type == "cpu":
         return torch.frombuffer(array("q", ids), dtype=torch.long) if ids else torch.empty(0, dtype=torch.long)
     return torch.tensor(ids, dtype=torch.long, device=device)

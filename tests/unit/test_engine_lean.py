@@ -8,7 +8,7 @@ import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import Engine, EngineConfig
-from engine.lean import MASK_BAND_WIDTH, LeanForward, make_lean
+from engine.lean import MASK_BAND_WIDTH, LeanForward, long_tensor, make_lean
 from engine.matmul import ONEDNN, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, choose_kernels
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
@@ -157,3 +157,13 @@ def test_the_engine_reports_each_models_kernels():
         assert kernels["verify"] in (ROWS, TRANSPOSED, ONEDNN)
         assert f"verify {kernels['verify']} (widths 4/6/9/12/16: " in kernels["note"]
     assert Engine(EngineConfig(target=target_dir, draft="ngram")).matmul_kernels()["draft"] is None
+
+
+@pytest.mark.parametrize("ids", [[], [0], [5, 4095, 7, 0, 2**40], list(range(300))])
+def test_id_lists_become_the_same_long_tensors_as_torch_tensor_makes(ids):
+    got = long_tensor(ids, torch.device("cpu"))
+    want = torch.tensor(ids, dtype=torch.long)
+    assert got.dtype == torch.long and got.shape == want.shape and torch.equal(got, want)
+    # the tensor keeps its buffer alive: other arrays made after it do not overwrite it
+    junk = [long_tensor([9] * len(ids), torch.device("cpu")) for _ in range(50)]
+    assert torch.equal(got, want) and all(torch.equal(j, torch.full_like(want, 9)) for j in junk)

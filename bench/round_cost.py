@@ -146,11 +146,8 @@ def instrument(pkg, engine) -> Timers:
     return timers
 
 
-def run_one(engine, prompt, settings, totals: dict) -> list[int]:
-    return count(engine.generate(prompt[0], prompt[1], settings), totals)
-
-
 def count(result, totals: dict) -> list[int]:
+    """Add one engine run's figures to `totals`; its token ids."""
     s = result.stats
     totals["latency"] += s.latency_ms
     totals["prefill"] += s.prefill_ms
@@ -253,7 +250,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=number(int, 1), default=2, help="passes over the prompts (the first one warms up)")
     ap.add_argument("--workload", choices=("generate", "end-of-line"), default="generate",
                     help="held-out left-to-right prompts (as specfill generate), or end-of-line answers "
-                         "through the completion pipeline")
+                         "through the completion pipeline (its own positions and the pipeline's maxNewTokens: "
+                         "--prompts, --prompt-chars and --max-new-tokens are for generate)")
     args = ap.parse_args(argv)
     refs = {"--ref": args.ref, "--baseline": None if args.baseline == "none" else args.baseline}
     shas = {option: commit_of(ref) for option, ref in refs.items() if ref is not None}
@@ -286,7 +284,7 @@ def main(argv=None) -> int:
                     settings = set_mod.GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=length)
                     prompts = [prompt_ids(engine, t) for t in texts]
                     run = (lambda i, rep, totals, e=engine, s=settings, ps=prompts:
-                           run_one(e, ps[i], s, totals))
+                           count(e.generate(ps[i][0], ps[i][1], s), totals))
                 engines.append((label, run, instrument(pkg, engine)))
             n = len(positions) if eol else len(texts)
             outputs: dict[tuple[str, int], list[int]] = {}

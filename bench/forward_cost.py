@@ -15,9 +15,9 @@ model's weight bytes over this machine's measured read bandwidth (one thread).
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -25,26 +25,24 @@ from pathlib import Path
 import torch
 
 from bench.replay import cpu_name
+from bench.round_cost import commit_of, engine_at
 from engine.kv import KVSession, TransformersForward
 from engine.lean import LeanForward, make_lean
 from engine.models import load_model
 
-ROOT = Path(__file__).resolve().parent.parent
 # The lean forward before issue 10 cut its per-operation overhead.
 DEFAULT_BASELINE = "951e2c1"
 WIDTHS = (1, 2, 4, 6, 8, 12, 16)
 
 
-def lean_module_at(ref: str) -> types.ModuleType:
-    """engine/lean.py as it was at git `ref`, loaded as its own module (it imports only torch
-    and transformers), so the old and new forwards run in one process."""
-    src = subprocess.run(["git", "show", f"{ref}:engine/lean.py"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
-    name = f"lean_at_{ref.replace('~', '_').replace('^', '_')}"
-    mod = types.ModuleType(name)
-    sys.modules[name] = mod   # dataclasses look their module up
-    exec(compile(src, f"{ref}:engine/lean.py", "exec"), mod.__dict__)
-    return mod
+def lean_module_at(ref: str, into: Path) -> types.ModuleType:
+    """engine/lean.py as it was at git `ref`, with the rest of that commit's engine package
+    (lean.py imports its matmul kernels from it), imported under its own name, so the old and
+    new forwards run in one process."""
+    sha = commit_of(ref)
+    if sha is None:
+        raise SystemExit(f"--baseline {ref!r} names no commit here")
+    return importlib.import_module(engine_at(sha, into).__name__ + ".lean")
 
 
 def read_bandwidth_gbs() -> float:
@@ -185,7 +183,8 @@ def main(argv=None):
                          "(calls // 10 prefills per timed block)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    baseline = None if args.baseline == "none" else lean_module_at(args.baseline)
+    work = tempfile.TemporaryDirectory(prefix="forward_cost_")   # the baseline's engine package
+    baseline = None if args.baseline == "none" else lean_module_at(args.baseline, Path(work.name))
     gbs = read_bandwidth_gbs()
     print(f"{cpu_name()}, torch {torch.__version__}, {args.threads} thread(s), context {args.context} tokens, "
           f"read bandwidth {gbs:.1f} GB/s, baseline lean.py at {args.baseline}")

@@ -9,6 +9,9 @@ the CPU and its libraries, by far more than the noise:
   weight packed for it (ONEDNN) ran the shipped target's verify passes and prefills faster than
   MKL and the 96-wide draft's slower (the figures, and the command that prints them: README,
   "Engine benchmark").
+- On an AMD EPYC with AVX2 only (2026-12-04), numpy's OpenBLAS (OPENBLAS: np.matmul on the
+  [in, out] copy, no extra memory) ran the shipped target's verify passes of 4-16 tokens
+  1.06-1.22x faster than MKL: torch's MKL takes a slower path on this CPU at these sizes.
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
 whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
 make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same
@@ -21,12 +24,13 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 log = logging.getLogger("specfill.engine")
 
-ROWS, TRANSPOSED, ONEDNN = "rows", "transposed", "onednn"
+ROWS, TRANSPOSED, ONEDNN, OPENBLAS = "rows", "transposed", "onednn", "openblas"
 
 # The classes of row counts that share a kernel: (name, fewest rows, widths measured).
 FEW_ROWS, VERIFY_ROWS, PREFILL_ROWS = 2, 4, 32
@@ -65,6 +69,33 @@ def _onednn_ops():
         return None
 
 
+def _openblas_ready(param: torch.Tensor) -> bool:
+    """Whether numpy's BLAS may stand in for torch's matmul: float32 on the CPU, torch on one
+    thread, and numpy's BLAS found and held to one thread too. With more, its own thread pool
+    would spin on the cores torch's pool and the editor need (engine/threads.py); with one it
+    runs in the calling thread. The limit is process-wide and only set where torch uses one
+    thread, so it takes nothing torch's settings gave."""
+    if param.device.type != "cpu" or param.dtype != torch.float32 or torch.get_num_threads() != 1:
+        return False
+    try:
+        import threadpoolctl
+        threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+        blas = [lib for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    except Exception as exc:   # a BLAS threadpoolctl cannot drive: then not a candidate
+        log.debug("numpy's BLAS is not used: %s", exc)
+        return False
+    return bool(blas) and all(lib["num_threads"] == 1 for lib in blas)
+
+
+def _numpy_view(weight: torch.Tensor) -> np.ndarray | None:
+    """The OPENBLAS kernel's weight: a numpy view of the [in, out] copy (float32 CPU only)."""
+    return weight.detach().numpy() if weight.device.type == "cpu" and weight.dtype == torch.float32 else None
+
+
+def _openblas(h: torch.Tensor, weight: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.matmul((h.detach() if h.requires_grad else h).numpy(), weight))
+
+
 def _fused_bias(modules) -> torch.Tensor | None:
     if all(m.bias is None for m in modules):
         return None
@@ -79,8 +110,8 @@ class Linear:
     """One or more linear maps of the same input, their outputs concatenated.
 
     Packed (small models): one matmul on copies of the weights owned here, concatenated, in the
-    layouts the kernels read: [out, in] (TRANSPOSED), [in, out] (ROWS) and, once a measurement
-    chose it, oneDNN's own (ONEDNN). The model's Kernels (shared by all its maps) say which one
+    layouts the kernels read: [out, in] (TRANSPOSED), [in, out] (ROWS, and OPENBLAS as a numpy
+    view of it) and, once a measurement chose it, oneDNN's own (ONEDNN). The model's Kernels (shared by all its maps) say which one
     a call of n rows takes. A transposed result is returned as a view: the next matmul takes it
     transposed again, contiguous.
     Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
@@ -95,6 +126,7 @@ class Linear:
         if packed:
             self.weight = torch.cat([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
             self.weight_t = self.weight.t().contiguous()
+            self.weight_np = _numpy_view(self.weight_t)
             self.parts = None
         else:
             self.weight = modules[0].weight if len(modules) == 1 else None
@@ -108,6 +140,7 @@ class Linear:
         assert self.packed and self.parts is None and self.weight_t is not None
         self.weight = self.weight * scale
         self.weight_t = self.weight.t().contiguous()
+        self.weight_np = _numpy_view(self.weight_t)
 
     def pack_onednn(self) -> None:
         """oneDNN's copy of the packed weight (the weight's size again)."""
@@ -124,6 +157,9 @@ class Linear:
             kernel = self.kernels.for_rows(h.shape[0])
             if kernel == ONEDNN:
                 return _onednn_linear(h, self.weight_onednn, self.bias)
+            if kernel == OPENBLAS:
+                out = _openblas(h, self.weight_np)
+                return out if self.bias is None else out.add_(self.bias)
             if kernel == TRANSPOSED:
                 if self.bias is None:
                     return torch.mm(self.weight, h.t()).t()
@@ -137,6 +173,9 @@ class Linear:
         kernel = self.kernels.for_rows(h.shape[0]) if self.packed else ROWS
         if kernel == ONEDNN:
             return _onednn_linear(h, self.weight_onednn, self.bias).add_(x)
+        if kernel == OPENBLAS:
+            out = _openblas(h, self.weight_np).add_(x)
+            return out if self.bias is None else out.add_(self.bias)
         if self.bias is not None:
             x = x + self.bias
         if kernel == TRANSPOSED:
@@ -184,7 +223,8 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
     counts (ROW_CLASSES: its widths after MEASURE_CONTEXT cached tokens, fewer where the model
     has fewer positions; kernels interleaved, medians) and keep the fastest of each (ROWS unless
     another wins by MIN_GAIN). oneDNN is a candidate for float32 weights where the torch build
-    has its kernel and it gives the same products. The shipped target: about 0.5 s."""
+    has its kernel and it gives the same products; numpy's BLAS for float32 weights on the CPU
+    where torch runs on one thread (_openblas_ready). The shipped target: about 0.7 s."""
     kernels = lean.kernels
     param = next(lean.model.parameters())
     cfg = lean.model.config
@@ -192,6 +232,7 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
     context = min(MEASURE_CONTEXT, positions // 2)
     linears = lean.linears()
     onednn = param.dtype == torch.float32 and _onednn_ops() is not None and all(map(_onednn_agrees, linears))
+    openblas = _openblas_ready(param)
     vocab = lean.model.get_input_embeddings().weight.shape[0]
     kv = lean.new_cache(param.dtype, param.device)
     notes = []
@@ -199,7 +240,8 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
         lean(torch.arange(context, device=param.device) * 53 % vocab, kv, 1)
         for name, _, widths in ROW_CLASSES:
             widths = [w for w in widths if context + w <= positions]
-            candidates = [ROWS] + ([TRANSPOSED] if name == "verify" else []) + ([ONEDNN] if onednn else [])
+            candidates = [ROWS] + ([TRANSPOSED] if name == "verify" else []) + ([ONEDNN] if onednn else []) \
+                + ([OPENBLAS] if openblas else [])
             if not widths or len(candidates) == 1:
                 setattr(kernels, name, ROWS)
                 continue

@@ -9,7 +9,8 @@ from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import Engine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, long_tensor, make_lean
-from engine.matmul import ONEDNN, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, choose_kernels
+from engine.matmul import (ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, _openblas_ready,
+                           choose_kernels)
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
@@ -36,11 +37,17 @@ def _reference(model, ids: list[int]) -> torch.Tensor:
 
 
 HAS_ONEDNN = _onednn_ops() is not None
+# numpy's BLAS is a candidate where torch runs on one thread (the tests' conftest sets one)
+HAS_OPENBLAS = _openblas_ready(torch.zeros(1))
+MEASURED = {"verify": (ROWS, TRANSPOSED, ONEDNN, OPENBLAS)}   # what a measured class may take
+OTHER_CLASSES = (ROWS, ONEDNN, OPENBLAS)
 # packed weights with every kernel at every row count, one of each, the measured ones; or the model's own
 WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
            "packed, transposed": (True, Kernels(ROWS, TRANSPOSED, TRANSPOSED, TRANSPOSED)),
            "packed, onednn": (True, Kernels(ONEDNN, ONEDNN, ONEDNN, ONEDNN)),
+           "packed, openblas": (True, Kernels(OPENBLAS, OPENBLAS, OPENBLAS, OPENBLAS)),
            "packed, mixed": (True, Kernels(ROWS, ONEDNN, TRANSPOSED, ONEDNN)),
+           "packed, mixed with openblas": (True, Kernels(OPENBLAS, ROWS, OPENBLAS, TRANSPOSED)),
            "packed, measured": (True, None), "model-weights": (False, None)}
 
 
@@ -60,7 +67,7 @@ def test_lean_forward_equals_transformers_at_every_width(kind, weights):
         uses_onednn = ONEDNN in [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
         assert all((m.weight_onednn is not None) == uses_onednn for m in lean.linears())
     elif packed:   # measured: every class has one of its candidates, and the note says what was timed
-        assert lean.kernels.verify in (ROWS, TRANSPOSED, ONEDNN) and "verify " in lean.kernels.note
+        assert lean.kernels.verify in MEASURED["verify"] and "verify " in lean.kernels.note
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (400,), generator=gen).tolist()
@@ -123,9 +130,10 @@ def test_measuring_the_kernels_leaves_the_forward_exact_and_the_cache_alone():
         rest = fwd(ids[40:], n_logits=len(ids) - 40)
     assert kernels is lean.kernels
     for name, _, _ in ROW_CLASSES:
-        assert getattr(kernels, name) in ((ROWS, TRANSPOSED, ONEDNN) if name == "verify" else (ROWS, ONEDNN))
+        assert getattr(kernels, name) in MEASURED.get(name, OTHER_CLASSES)
         assert f"{name} {getattr(kernels, name)} (" in kernels.note
     assert (ONEDNN in kernels.note) == HAS_ONEDNN
+    assert (OPENBLAS in kernels.note) == HAS_OPENBLAS
     chosen = {getattr(kernels, n) for n, _, _ in ROW_CLASSES}
     assert all((m.weight_onednn is not None) == (ONEDNN in chosen) for m in lean.linears())
     torch.testing.assert_close(torch.cat([first, rest]), ref, atol=1e-4, rtol=1e-4)
@@ -154,7 +162,7 @@ def test_the_engine_reports_each_models_kernels():
     report = Engine(EngineConfig(target=target_dir, draft=draft_dir)).matmul_kernels()
     assert set(report) == {"target", "draft"}
     for kernels in report.values():
-        assert kernels["verify"] in (ROWS, TRANSPOSED, ONEDNN)
+        assert kernels["verify"] in MEASURED["verify"]
         assert f"verify {kernels['verify']} (widths 4/6/9/12/16: " in kernels["note"]
     assert Engine(EngineConfig(target=target_dir, draft="ngram")).matmul_kernels()["draft"] is None
 
@@ -167,3 +175,32 @@ def test_id_lists_become_the_same_long_tensors_as_torch_tensor_makes(ids):
     # the tensor keeps its buffer alive: other arrays made after it do not overwrite it
     junk = [long_tensor([9] * len(ids), torch.device("cpu")) for _ in range(50)]
     assert torch.equal(got, want) and all(torch.equal(j, torch.full_like(want, 9)) for j in junk)
+
+
+def test_numpy_blas_stands_in_only_on_one_thread_and_held_to_one_thread():
+    """The OPENBLAS kernel: a candidate for float32 CPU weights while torch runs on one thread,
+    and numpy's BLAS is then held to one thread too (no second pool spinning on the cores)."""
+    import threadpoolctl
+    assert not _openblas_ready(torch.zeros(1, dtype=torch.float64))
+    torch.set_num_threads(2)
+    try:
+        assert not _openblas_ready(torch.zeros(1))
+    finally:
+        torch.set_num_threads(1)
+    if not HAS_OPENBLAS:
+        pytest.skip("numpy here has no BLAS that threadpoolctl drives")
+    blas = [lib for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    assert blas and all(lib["num_threads"] == 1 for lib in blas)
+
+
+def test_the_numpy_kernel_takes_inputs_that_carry_gradients():
+    """A lean forward called outside no_grad (the engine never is): the products stay right."""
+    from engine.matmul import Linear
+    gen = torch.Generator().manual_seed(0)
+    maps = [torch.nn.Linear(24, 40), torch.nn.Linear(24, 8, bias=False)]
+    linear = Linear(maps, packed=True, kernels=Kernels(OPENBLAS, OPENBLAS, OPENBLAS, OPENBLAS))
+    h = torch.randn(5, 24, generator=gen, requires_grad=True)
+    x = torch.randn(5, 48, generator=gen)
+    want = torch.cat([m(h) for m in maps], dim=-1).detach()
+    torch.testing.assert_close(linear(h), want)
+    torch.testing.assert_close(linear.add_to(x, h), want + x)

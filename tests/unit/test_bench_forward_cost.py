@@ -1,0 +1,25 @@
+"""bench/forward_cost.py's baseline: an older commit's lean forward, loaded with the rest of its
+engine package (its lean.py imports the matmul kernels from it), runs beside this tree's and
+computes the same logits."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.forward_cost import lean_module_at
+from bench.round_cost import commit_of
+from engine.lean import LeanForward, make_lean
+from tests.tiny_models import tiny_model
+
+
+@pytest.mark.skipif(commit_of("HEAD") is None, reason="not a git checkout: no commit to load")
+def test_the_baseline_forward_loads_and_agrees_with_this_trees(tmp_path):
+    old = lean_module_at("HEAD", tmp_path)
+    assert old.__name__.endswith(".lean") and old.make_lean is not make_lean
+    model = tiny_model("llama", 300)
+    ids = list(range(3, 43))
+    with torch.inference_mode():
+        mine = LeanForward(make_lean(model), torch.float32, torch.device("cpu"))(ids, n_logits=8)
+        lean = old.make_lean(model)
+        theirs = old.LeanForward(lean, torch.float32, torch.device("cpu"))(ids, n_logits=8)
+    torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)

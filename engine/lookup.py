@@ -307,6 +307,8 @@ class NgramDrafter:
         self._seq_bytes, self._seq_len = bytearray(), 0
         self.index = index
         self.corpus = Corpus()
+        # what the request gave `read`, until its first search needs the blocks (_documents)
+        self._unread: tuple[Sequence[LookupText], int] | None = None
         self.stats = LookupStats()
         self._last: tuple[str, int, list[int]] | None = None   # (source, where in seq it starts, tokens)
         self._prompt_len: int | None = None     # the request's prompt, seen at its first proposal
@@ -322,9 +324,20 @@ class NgramDrafter:
         self.history.clear()
 
     def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
-        """The texts the next request looks up besides its own ids (none: only those)."""
+        """The texts the next request looks up besides its own ids (none: only those). They are
+        cut into blocks and tokenized at the request's first search, not here: an answer that
+        the prefill's token ends (a third of the keystroke replay's) never pays for them."""
         self.stats, self._last, self._prompt_len = LookupStats(), None, None
-        self.corpus = self.index.corpus(texts, max_tokens) if texts and self.index is not None else Corpus()
+        self.corpus = Corpus()
+        self._unread = (texts, max_tokens) if texts and self.index is not None else None
+
+    def _documents(self) -> Corpus:
+        """The request's blocks beyond the prompt, read the first time a search asks."""
+        if self._unread is not None:
+            texts, max_tokens = self._unread
+            self._unread = None
+            self.corpus = self.index.corpus(texts, max_tokens)
+        return self.corpus
 
     def summary(self) -> dict:
         """The latest request's lookup: proposals, tokens proposed and tokens the target wrote
@@ -375,7 +388,7 @@ class NgramDrafter:
         fewer than MAX_MATCH tokens) and the datastore's (asked while the text's matched fewer
         than the store's longest run)."""
         text = self._near(seq, k)
-        if self.corpus.blocks and k > 0 and (text is None or text.match < MAX_MATCH):
+        if k > 0 and (text is None or text.match < MAX_MATCH) and self._documents().blocks:
             far = self.corpus.find(seq, k, text.match if text else 0, self.special_ids)
             if far is not None:
                 text = far

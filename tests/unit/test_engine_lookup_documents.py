@@ -163,6 +163,25 @@ def test_the_longest_match_outside_the_prompt_is_proposed(vocab):
     assert draft.match >= lk.KEY_NGRAM and d.stats.proposed == {"document": 1}
 
 
+def test_the_documents_are_read_at_the_first_search_not_before(vocab):
+    """A request whose answer ends before any round (the prefill's token decides it) never cuts
+    or tokenizes the documents; the next request's first search reads them."""
+    enc = CountingEncoder(vocab)
+    lines = code_lines(200)
+    d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
+    d.read([LookupText(lines, (199, 0))])
+    assert enc.texts == [] and d.summary()["blocks"] == 0 and d.summary()["read_ms"] == 0.0
+    d.read([LookupText(lines, (199, 0))])         # the next request: it drafts
+    seq = vocab.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
+    assert enc.texts == []
+    draft = d.propose(seq, b"", 12, GREEDY)
+    assert enc.texts and d.summary()["blocks"] > 10
+    assert vocab.bytes_of(draft.tokens).decode().startswith(lines[102][:10])
+    read = len(enc.texts)
+    d.propose(seq + draft.tokens[:2], b"", 12, GREEDY)   # its later rounds read nothing again
+    assert len(enc.texts) == read
+
+
 def test_the_text_after_the_cursor_is_not_proposed_after_the_text_before_it(vocab):
     lines = ["def unique_name_here(alpha, beta):", "    return alpha ** beta + 12345", ""]
     d = drafter_on(vocab, lines, (1, len("    return alpha")))

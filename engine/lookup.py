@@ -326,7 +326,7 @@ class NgramDrafter:
     def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
         """The texts the next request looks up besides its own ids (none: only those). They are
         cut into blocks and tokenized at the request's first search, not here: an answer that
-        the prefill's token ends (a third of the keystroke replay's) never pays for them."""
+        the prefill's token ends (a quarter of the keystroke replay's) never pays for them."""
         self.stats, self._last, self._prompt_len = LookupStats(), None, None
         self.corpus = Corpus()
         self._unread = (texts, max_tokens) if texts and self.index is not None else None

@@ -11,7 +11,7 @@ the CPU and its libraries, by far more than the noise:
   "Engine benchmark").
 - On an AMD EPYC with AVX2 only (2026-12-04), numpy's OpenBLAS (OPENBLAS: np.matmul on the
   [in, out] copy, no extra memory) ran the shipped target's verify passes of 4-16 tokens
-  1.06-1.22x faster than MKL: torch's MKL takes a slower path on this CPU at these sizes.
+  1.06-1.22x faster than MKL, and it runs in the calling thread (see _openblas_ready).
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
 whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
 make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same
@@ -111,8 +111,8 @@ class Linear:
 
     Packed (small models): one matmul on copies of the weights owned here, concatenated, in the
     layouts the kernels read: [out, in] (TRANSPOSED), [in, out] (ROWS, and OPENBLAS as a numpy
-    view of it) and, once a measurement chose it, oneDNN's own (ONEDNN). The model's Kernels (shared by all its maps) say which one
-    a call of n rows takes. A transposed result is returned as a view: the next matmul takes it
+    view of it) and, once a measurement chose it, oneDNN's own (ONEDNN). The model's Kernels
+    (shared by all its maps) say which one a call of n rows takes. A transposed result is returned as a view: the next matmul takes it
     transposed again, contiguous.
     Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
     parameters are never touched either way."""
@@ -224,7 +224,8 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
     has fewer positions; kernels interleaved, medians) and keep the fastest of each (ROWS unless
     another wins by MIN_GAIN). oneDNN is a candidate for float32 weights where the torch build
     has its kernel and it gives the same products; numpy's BLAS for float32 weights on the CPU
-    where torch runs on one thread (_openblas_ready). The shipped target: about 0.7 s."""
+    where torch runs on one thread (_openblas_ready). The shipped target: 1.5-1.7 s on the AVX2
+    EPYC with all four kernels (1.0-1.1 s there with three), once per process."""
     kernels = lean.kernels
     param = next(lean.model.parameters())
     cfg = lean.model.config

@@ -15,6 +15,7 @@ model's weight bytes over this machine's measured read bandwidth (one thread).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import statistics
 import tempfile
@@ -62,15 +63,26 @@ def weight_bytes(model) -> int:
 
 
 def forwards(model, baseline):
-    """name -> a factory of fresh forwards for `model`."""
+    """name -> a factory of fresh forwards for `model`; this tree's kernel note; what kernels the
+    baseline took (its lean forward measures its own, where it has them)."""
     param = next(model.parameters())
     out = {"transformers": lambda: TransformersForward(model, param.device)}
+    took = None
     if baseline is not None:
         old = baseline.make_lean(model)
         out["lean (baseline)"] = lambda: baseline.LeanForward(old, param.dtype, param.device)
+        took = kernels_taken(getattr(old, "kernels", None))
     new = make_lean(model)
     out["lean (this tree)"] = lambda: LeanForward(new, param.dtype, param.device)
-    return out, new.kernels.note
+    return out, new.kernels.note, took
+
+
+def kernels_taken(kernels) -> str:
+    """'one rows, few rows, ...' from a lean model's Kernels (fixed kernels before they existed)."""
+    if kernels is None:
+        return "fixed (that commit measures none)"
+    names = [f.name for f in dataclasses.fields(kernels) if f.name != "note"]
+    return ", ".join(f"{n} {getattr(kernels, n)}" for n in names)
 
 
 def time_steps(session: KVSession, context: list[int], width: int, calls: int) -> float:
@@ -191,7 +203,7 @@ def main(argv=None):
     for role, widths in (("target", WIDTHS), ("draft", (1, 2, 6))):
         m = load_model("default", role, device="cpu").model
         context = [(i * 37) % 1000 + 3 for i in range(args.context)]
-        factories, kernels = forwards(m, baseline)
+        factories, kernels, baseline_took = forwards(m, baseline)
         if args.prefill:
             widths = args.prefill
         with torch.inference_mode():
@@ -204,7 +216,8 @@ def main(argv=None):
         nbytes = weight_bytes(m)
         print(f"\n{role}: {type(m).__name__}, {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M "
               f"parameters, {nbytes / 1e6:.1f} MB, bandwidth floor {nbytes / gbs / 1e6:.2f} ms/step; "
-              f"max |logit - transformers| {err:.1e}; this tree's matmul kernels: {kernels}")
+              f"max |logit - transformers| {err:.1e}; this tree's matmul kernels: {kernels}"
+              + (f"; the baseline's: {baseline_took}" if baseline_took else ""))
         names = list(factories)
         label = "prompt" if args.prefill else "width"
         print(f"{label:>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")

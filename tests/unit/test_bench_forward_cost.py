@@ -23,3 +23,11 @@ def test_the_baseline_forward_loads_and_agrees_with_this_trees(tmp_path):
         lean = old.make_lean(model)
         theirs = old.LeanForward(lean, torch.float32, torch.device("cpu"))(ids, n_logits=8)
     torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_the_baseline_kernels_are_named():
+    from bench.forward_cost import kernels_taken
+    from engine.matmul import Kernels
+    assert kernels_taken(Kernels("rows", "rows", "openblas", "onednn")) == \
+        "one rows, few rows, verify openblas, prefill onednn"
+    assert kernels_taken(None).startswith("fixed")

@@ -112,8 +112,8 @@ class Linear:
     Packed (small models): one matmul on copies of the weights owned here, concatenated, in the
     layouts the kernels read: [out, in] (TRANSPOSED), [in, out] (ROWS, and OPENBLAS as a numpy
     view of it) and, once a measurement chose it, oneDNN's own (ONEDNN). The model's Kernels
-    (shared by all its maps) say which one a call of n rows takes. A transposed result is returned as a view: the next matmul takes it
-    transposed again, contiguous.
+    (shared by all its maps) say which one a call of n rows takes. A transposed result is
+    returned as a view: the next matmul takes it transposed again, contiguous.
     Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
     parameters are never touched either way."""
 

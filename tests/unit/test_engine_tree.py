@@ -6,6 +6,7 @@ import torch
 
 from engine.kv import KVSession, TransformersForward
 from engine.lean import LeanForward, make_lean
+from engine.matmul import NUMPY, ROWS, Kernels
 from engine.sampling import verify_tree
 from engine.tree import build_tree
 from tests.unit.test_engine_lean import VOCAB, _model, _reference
@@ -49,11 +50,13 @@ def test_chains_merge_their_common_prefix():
     assert anc[6].tolist() == [True, False, False, False, False, False, True]
 
 
-@pytest.mark.parametrize("packed", [True, False], ids=["packed", "model-weights"])
+@pytest.mark.parametrize("weights", ["packed", "model-weights", "numpy"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_tree_pass_equals_transformers_on_every_path(kind, packed):
+def test_tree_pass_equals_transformers_on_every_path(kind, weights):
     model = _model(kind)
-    fwd = LeanForward(make_lean(model, pack_max_bytes=2**30 if packed else 0), torch.float32, torch.device("cpu"))
+    kernels = Kernels(NUMPY, NUMPY, NUMPY, ROWS) if weights == "numpy" else None   # engine/lean_numpy.py
+    lean = make_lean(model, pack_max_bytes=0 if weights == "model-weights" else 2**30, kernels=kernels)
+    fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(3)
     prefix = torch.randint(0, VOCAB, (70,), generator=gen).tolist()
     with torch.no_grad():
@@ -66,12 +69,13 @@ def test_tree_pass_equals_transformers_on_every_path(kind, packed):
         torch.testing.assert_close(got[path], ref, atol=1e-4, rtol=1e-4, msg=f"path {path}")
 
 
+@pytest.mark.parametrize("numpy_pass", [False, True], ids=["measured", "numpy"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_cache_after_a_tree_round_equals_a_fresh_prefill(kind):
+def test_cache_after_a_tree_round_equals_a_fresh_prefill(kind, numpy_pass):
     """keep_path moves the accepted nodes' keys and values into place: the cache then equals a
     fresh prefill of the accepted text, and the next tokens see the same logits as transformers."""
     model = _model(kind)
-    lean = make_lean(model)
+    lean = make_lean(model, kernels=Kernels(NUMPY, NUMPY, NUMPY, ROWS) if numpy_pass else None)
     session = KVSession(model, 4096, LeanForward(lean, torch.float32, torch.device("cpu")))
     gen = torch.Generator().manual_seed(5)
     seq = torch.randint(0, VOCAB, (40,), generator=gen).tolist()

@@ -2,11 +2,13 @@
 
 A completion model's decode step on a CPU is a hundred or so small operations on one row, and
 what each costs is mostly its dispatch: a torch eager op takes 2-5 us before it computes
-anything (18 us for rms_norm on one row), a numpy op on the same arrays 0.5-2 us. The shipped
-target's one-token step took 1.8 ms this way against 3.0-3.1 ms through torch, with the same
-weights and cache (AVX2 EPYC, one thread, 300 cached tokens; the first measurement, a throwaway
-script). So a packed float32 model on the CPU can run a pass here instead: the same math as
-LeanLlama.run / LeanBigCode.run (engine/lean.py), on numpy views of the packed weights and of
+anything (18 us for rms_norm on one row), a numpy op on the same arrays 0.5-2 us, and numpy's
+BLAS multiplies one row as a vector (gemv). On the AVX2 EPYC VM the shipped target's one-token
+step ran 1.45-1.58x faster this way, its verify passes of 4-16 tokens 1.07-1.49x (`python -m
+bench.forward_cost --baseline e8c8812`, README "Engine benchmark"); the 0.46M draft's step was
+a tie, and the measurement keeps torch where it is. So a packed float32 model on the CPU can run
+a pass here: the same math as LeanLlama.run / LeanBigCode.run (engine/lean.py), on numpy views
+of the packed weights and of
 the LeanKV cache (no copies: the keys and values it writes are the torch cache's), with numpy's
 BLAS held to one thread (engine/matmul.py, _openblas_ready). It is one of the kernels
 `choose_kernels` measures for each class of row counts (NUMPY): where it is not faster, it is
@@ -41,8 +43,9 @@ class _Map:
 
     def __call__(self, h: np.ndarray) -> np.ndarray:
         # A few rows as vectors: numpy's BLAS then takes its matrix-vector product (gemv) for
-        # each, whose weights the next row finds in the cache; its matrix product of 1-3 rows
-        # ran 1.7-3.6x slower than as many vector products here (192 x 1024, weights cached).
+        # each, whose weights the next row finds in the cache; its matrix product of 2-3 rows
+        # ran 1.6-2.3x slower than as many vector products here (the target's shapes, weights
+        # cached, a throwaway timing), and from 4 rows its matrix product wins.
         if h.shape[0] <= GEMV_ROWS:
             out = np.empty((h.shape[0], self.weight.shape[1]), dtype=h.dtype)
             for i, row in enumerate(h):

@@ -13,7 +13,7 @@ the CPU and its libraries, by far more than the noise:
   [in, out] copy, no extra memory) ran the shipped target's verify passes of 4-16 tokens
   1.06-1.22x faster than MKL, and it runs in the calling thread (see _openblas_ready).
 - There too, a whole narrow pass in numpy (NUMPY: engine/lean_numpy.py, one matrix-vector
-  product per row for 1-3 rows) ran the target's decode step 1.45-1.48x and its verify passes of
+  product per row for 1-3 rows) ran the target's decode step 1.45-1.58x and its verify passes of
   4-16 tokens 1.07-1.49x faster than the torch passes: at these sizes a pass costs what its
   hundred-odd operations cost to dispatch, and numpy's cost less.
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,

@@ -21,10 +21,6 @@ of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that numbe
 - the cache for all layers is one tensor; a step writes to it in place and attends over a
   slice of it, so shapes depend only on the number of new tokens and the cache length.
 
-On a CPU with packed float32 weights, narrow passes (a decode step, a verify chain or tree)
-may run as the same math in numpy instead (engine/lean_numpy.py), where the load's measurement
-finds that faster (engine/matmul.py: the NUMPY kernel); `__call__` hands them over.
-
 StaticLeanForward runs the same layers (`run`, with another `step`: where keys and values go
 and what attention sees) with shapes that depend on the number of new tokens only, for CUDA
 graphs: the cache reserved whole, slots and positions as device tensors, attention over every
@@ -45,8 +41,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
 
-from . import lean_numpy
-from .matmul import NUMPY, Kernels, Linear, choose_kernels, use_kernels
+from .matmul import Kernels, Linear, choose_kernels, use_kernels
 
 log = logging.getLogger("specfill.engine")
 
@@ -292,8 +287,6 @@ class LeanLlama:
         return weight * torch.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        if self.kernels.for_rows(ids.shape[0]) == NUMPY:
-            return lean_numpy.llama_pass(self, ids, kv, n_logits, tree)
         step = _SliceStep(kv, self.positions, ids, self.embed_weight.dtype, tree)
         logits = self.run(ids, step, slice(-n_logits, None))
         kv.length = step.end
@@ -387,8 +380,6 @@ class LeanBigCode:
         return [m for b in self.blocks for m in (b.c_attn, b.attn_proj, b.c_fc, b.mlp_proj)] + [self.lm_head]
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        if self.kernels.for_rows(ids.shape[0]) == NUMPY:
-            return lean_numpy.bigcode_pass(self, ids, kv, n_logits, tree)
         step = _SliceStep(kv, self.positions, ids, self.wte.dtype, tree)
         logits = self.run(ids, step, slice(-n_logits, None))
         kv.length = step.end

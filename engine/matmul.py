@@ -12,10 +12,6 @@ the CPU and its libraries, by far more than the noise:
 - On an AMD EPYC with AVX2 only (2026-12-04), numpy's OpenBLAS (OPENBLAS: np.matmul on the
   [in, out] copy, no extra memory) ran the shipped target's verify passes of 4-16 tokens
   1.06-1.22x faster than MKL, and it runs in the calling thread (see _openblas_ready).
-- There too, a whole narrow pass in numpy (NUMPY: engine/lean_numpy.py, one matrix-vector
-  product per row for 1-3 rows) ran the target's decode step 1.45-1.58x and its verify passes of
-  4-16 tokens 1.07-1.49x faster than the torch passes: at these sizes a pass costs what its
-  hundred-odd operations cost to dispatch, and numpy's cost less.
 So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
 whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
 make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same
@@ -26,20 +22,15 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import lean_numpy
-
 log = logging.getLogger("specfill.engine")
 
 ROWS, TRANSPOSED, ONEDNN, OPENBLAS = "rows", "transposed", "onednn", "openblas"
-# Not a matmul kernel but a whole pass: the lean forward in numpy (engine/lean_numpy.py), where
-# per-operation dispatch is what a narrow pass costs; offered for every class but prefill.
-NUMPY = "numpy"
 
 # The classes of row counts that share a kernel: (name, fewest rows, widths measured).
 FEW_ROWS, VERIFY_ROWS, PREFILL_ROWS = 2, 4, 32
@@ -216,8 +207,6 @@ def _onednn_agrees(linear: Linear) -> bool:
 def use_kernels(lean, kernels: Kernels) -> None:
     """Give `lean` (a packed LeanModel) these kernels, packing oneDNN's copies where one uses it
     and dropping them where none does."""
-    if not lean_numpy.supported(lean):    # kernels given by hand may name what this model cannot run
-        kernels = replace(kernels, **{name: ROWS for name, _, _ in ROW_CLASSES if getattr(kernels, name) == NUMPY})
     chosen = {getattr(kernels, name) for name, _, _ in ROW_CLASSES}
     for linear in lean.linears():
         if ONEDNN in chosen and linear.weight_onednn is None:
@@ -235,9 +224,8 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
     has fewer positions; kernels interleaved, medians) and keep the fastest of each (ROWS unless
     another wins by MIN_GAIN). oneDNN is a candidate for float32 weights where the torch build
     has its kernel and it gives the same products; numpy's BLAS for float32 weights on the CPU
-    where torch runs on one thread (_openblas_ready), and with it the numpy pass where it covers
-    the model (lean_numpy.supported), for every class but prefill. The shipped target: 1.5-1.7 s
-    on the AVX2 EPYC with four kernels (1.0-1.1 s there with three), once per process."""
+    where torch runs on one thread (_openblas_ready). The shipped target: 1.5-1.7 s on the AVX2
+    EPYC with all four kernels (1.0-1.1 s there with three), once per process."""
     kernels = lean.kernels
     param = next(lean.model.parameters())
     cfg = lean.model.config
@@ -246,7 +234,6 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
     linears = lean.linears()
     onednn = param.dtype == torch.float32 and _onednn_ops() is not None and all(map(_onednn_agrees, linears))
     openblas = _openblas_ready(param)
-    whole_numpy = openblas and lean_numpy.supported(lean)
     vocab = lean.model.get_input_embeddings().weight.shape[0]
     kv = lean.new_cache(param.dtype, param.device)
     notes = []
@@ -255,7 +242,7 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
         for name, _, widths in ROW_CLASSES:
             widths = [w for w in widths if context + w <= positions]
             candidates = [ROWS] + ([TRANSPOSED] if name == "verify" else []) + ([ONEDNN] if onednn else []) \
-                + ([OPENBLAS] if openblas else []) + ([NUMPY] if whole_numpy and name != "prefill" else [])
+                + ([OPENBLAS] if openblas else [])
             if not widths or len(candidates) == 1:
                 setattr(kernels, name, ROWS)
                 continue

@@ -9,9 +9,8 @@ from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import Engine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, long_tensor, make_lean
-from engine import lean_numpy
-from engine.matmul import (NUMPY, ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops,
-                           _openblas_ready, choose_kernels)
+from engine.matmul import (ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, _openblas_ready,
+                           choose_kernels)
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
@@ -40,9 +39,8 @@ def _reference(model, ids: list[int]) -> torch.Tensor:
 HAS_ONEDNN = _onednn_ops() is not None
 # numpy's BLAS is a candidate where torch runs on one thread (the tests' conftest sets one)
 HAS_OPENBLAS = _openblas_ready(torch.zeros(1))
-# what a measured class may take (the numpy pass: every class but prefill)
-MEASURED = {"verify": (ROWS, TRANSPOSED, ONEDNN, OPENBLAS, NUMPY), "prefill": (ROWS, ONEDNN, OPENBLAS)}
-OTHER_CLASSES = (ROWS, ONEDNN, OPENBLAS, NUMPY)
+MEASURED = {"verify": (ROWS, TRANSPOSED, ONEDNN, OPENBLAS)}   # what a measured class may take
+OTHER_CLASSES = (ROWS, ONEDNN, OPENBLAS)
 # packed weights with every kernel at every row count, one of each, the measured ones; or the model's own
 WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
            "packed, transposed": (True, Kernels(ROWS, TRANSPOSED, TRANSPOSED, TRANSPOSED)),
@@ -50,9 +48,6 @@ WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
            "packed, openblas": (True, Kernels(OPENBLAS, OPENBLAS, OPENBLAS, OPENBLAS)),
            "packed, mixed": (True, Kernels(ROWS, ONEDNN, TRANSPOSED, ONEDNN)),
            "packed, mixed with openblas": (True, Kernels(OPENBLAS, ROWS, OPENBLAS, TRANSPOSED)),
-           # the numpy pass (engine/lean_numpy.py) at every width, prefills included, and mixed
-           "packed, numpy": (True, Kernels(NUMPY, NUMPY, NUMPY, NUMPY)),
-           "packed, mixed with numpy": (True, Kernels(NUMPY, ROWS, NUMPY, OPENBLAS)),
            "packed, measured": (True, None), "model-weights": (False, None)}
 
 
@@ -139,7 +134,6 @@ def test_measuring_the_kernels_leaves_the_forward_exact_and_the_cache_alone():
         assert f"{name} {getattr(kernels, name)} (" in kernels.note
     assert (ONEDNN in kernels.note) == HAS_ONEDNN
     assert (OPENBLAS in kernels.note) == HAS_OPENBLAS
-    assert (f"{NUMPY} " in kernels.note) == HAS_OPENBLAS   # the numpy pass, timed where numpy's BLAS may run
     chosen = {getattr(kernels, n) for n, _, _ in ROW_CLASSES}
     assert all((m.weight_onednn is not None) == (ONEDNN in chosen) for m in lean.linears())
     torch.testing.assert_close(torch.cat([first, rest]), ref, atol=1e-4, rtol=1e-4)
@@ -210,23 +204,3 @@ def test_the_numpy_kernel_takes_inputs_that_carry_gradients():
     want = torch.cat([m(h) for m in maps], dim=-1).detach()
     torch.testing.assert_close(linear(h), want)
     torch.testing.assert_close(linear.add_to(x, h), want + x)
-
-
-def test_the_numpy_pass_is_offered_only_where_it_covers_the_model():
-    """Packed float32 weights with the norms folded in (Llama family) or GELU's tanh form
-    (GPTBigCode): elsewhere it is never measured, and kernels given by hand that name it run
-    the torch pass instead."""
-    assert lean_numpy.supported(make_lean(_model("llama"), kernels=Kernels()))
-    assert lean_numpy.supported(make_lean(_model("bigcode"), kernels=Kernels()))
-    exact_gelu = GPTBigCodeForCausalLM(bigcode_config(VOCAB, activation_function="gelu")).eval()
-    unpacked = make_lean(_model("llama"), pack_max_bytes=0)
-    for lean in (make_lean(exact_gelu, kernels=Kernels()), unpacked):
-        assert not lean_numpy.supported(lean)
-    forced = make_lean(exact_gelu, kernels=Kernels(NUMPY, NUMPY, NUMPY, NUMPY))
-    assert NUMPY not in [getattr(forced.kernels, n) for n, _, _ in ROW_CLASSES]
-    measured = make_lean(GPTBigCodeForCausalLM(bigcode_config(VOCAB, activation_function="gelu", n_embd=48)).eval())
-    assert f"{NUMPY} " not in measured.kernels.note
-    ids = list(range(3, 40))
-    with torch.no_grad():
-        got = LeanForward(forced, torch.float32, torch.device("cpu"))(ids, n_logits=len(ids))
-    torch.testing.assert_close(got, _reference(exact_gelu, ids), atol=1e-4, rtol=1e-4)

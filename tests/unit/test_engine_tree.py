@@ -6,7 +6,6 @@ import torch
 
 from engine.kv import KVSession, TransformersForward
 from engine.lean import LeanForward, make_lean
-from engine.matmul import NUMPY, ROWS, Kernels
 from engine.sampling import verify_tree
 from engine.tree import build_tree
 from tests.unit.test_engine_lean import VOCAB, _model, _reference
@@ -50,13 +49,11 @@ def test_chains_merge_their_common_prefix():
     assert anc[6].tolist() == [True, False, False, False, False, False, True]
 
 
-@pytest.mark.parametrize("weights", ["packed", "model-weights", "numpy"])
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "model-weights"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_tree_pass_equals_transformers_on_every_path(kind, weights):
+def test_tree_pass_equals_transformers_on_every_path(kind, packed):
     model = _model(kind)
-    kernels = Kernels(NUMPY, NUMPY, NUMPY, ROWS) if weights == "numpy" else None   # engine/lean_numpy.py
-    lean = make_lean(model, pack_max_bytes=0 if weights == "model-weights" else 2**30, kernels=kernels)
-    fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
+    fwd = LeanForward(make_lean(model, pack_max_bytes=2**30 if packed else 0), torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(3)
     prefix = torch.randint(0, VOCAB, (70,), generator=gen).tolist()
     with torch.no_grad():
@@ -69,13 +66,12 @@ def test_tree_pass_equals_transformers_on_every_path(kind, weights):
         torch.testing.assert_close(got[path], ref, atol=1e-4, rtol=1e-4, msg=f"path {path}")
 
 
-@pytest.mark.parametrize("numpy_pass", [False, True], ids=["measured", "numpy"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_cache_after_a_tree_round_equals_a_fresh_prefill(kind, numpy_pass):
+def test_cache_after_a_tree_round_equals_a_fresh_prefill(kind):
     """keep_path moves the accepted nodes' keys and values into place: the cache then equals a
     fresh prefill of the accepted text, and the next tokens see the same logits as transformers."""
     model = _model(kind)
-    lean = make_lean(model, kernels=Kernels(NUMPY, NUMPY, NUMPY, ROWS) if numpy_pass else None)
+    lean = make_lean(model)
     session = KVSession(model, 4096, LeanForward(lean, torch.float32, torch.device("cpu")))
     gen = torch.Generator().manual_seed(5)
     seq = torch.randint(0, VOCAB, (40,), generator=gen).tolist()

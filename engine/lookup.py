@@ -43,6 +43,10 @@ WINDOW_LINES = 4000              # lines read on each side of the cursor (and of
 MAX_REQUEST_TOKENS = 32768       # tokens looked up per request, blocks nearest the cursor first
 MAX_NEW_TOKENS = 8192            # tokens tokenized per request: a new large file fills in over requests
 MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least recently used go)
+# Texts whose cut into blocks is kept across requests (the document's two sides beyond the prompt,
+# other open documents): a keystroke changes the lines the prompt holds, not those, and cutting
+# 6,500 lines into blocks took 0.75 ms a request (comparing them with the last request's, 0.08).
+MAX_KEPT_CUTS = 16
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,26 @@ class BlockIndex:
         self._blocks: OrderedDict[str, Block] = OrderedDict()
         self.cached_tokens = 0
         self.stats = IndexStats()
+        # (lines cut, their first and last) -> (the lines, their block texts): `cut`
+        self._cuts: OrderedDict[tuple, tuple[list[str], list[str]]] = OrderedDict()
+        self._last_corpus: tuple | None = None     # (its shape, its segments' block lists, the corpus)
+
+    def cut(self, lines: Sequence[str], start: int = 0, end: int | None = None) -> list[str]:
+        """line_blocks(lines, start, end), kept for the next request: lines equal to the ones cut
+        before (compared whole) give their blocks back without cutting them again."""
+        end = len(lines) if end is None else min(end, len(lines))
+        part = list(lines[start:end])
+        key = (len(part), end < len(lines), part[0] if part else None, part[-1] if part else None)
+        kept = self._cuts.get(key)
+        if kept is not None and kept[0] == part:
+            self._cuts.move_to_end(key)
+            return kept[1]
+        blocks = line_blocks(lines, start, end)
+        self._cuts[key] = (part, blocks)
+        self._cuts.move_to_end(key)
+        while len(self._cuts) > MAX_KEPT_CUTS:
+            self._cuts.popitem(last=False)
+        return blocks
 
     def encode_block(self, text: str) -> list[int]:
         """A block's ids as they come in the middle of a text: a tokenizer with a SentencePiece
@@ -152,7 +176,17 @@ class BlockIndex:
         first), nearest the cursor first, up to `max_tokens` tokens, of which up to about
         `max_new_tokens` tokenized now (blocks not cached beyond that wait for later requests)."""
         t0 = time.perf_counter()
-        corpus = Corpus.of(self, _segments(texts), max_tokens, max_new_tokens)
+        segments = _segments(texts, self.cut)
+        # Where every text is cut as last time (`cut` hands back the same lists), the corpus is
+        # the last one: a keystroke inside the prompt's lines changes none of it.
+        shape = (max_tokens, [(seg.source, seg.nearest_last) for seg in segments])
+        last = self._last_corpus
+        if last is not None and last[0] == shape and all(a is seg.texts for a, seg in zip(last[1], segments)):
+            corpus = last[2]
+        else:
+            corpus = Corpus.of(self, segments, max_tokens, max_new_tokens)
+            # (one that left blocks for later requests to tokenize is built again next time)
+            self._last_corpus = (shape, [seg.texts for seg in segments], corpus) if corpus.complete else None
         self.stats.last_ms = (time.perf_counter() - t0) * 1000
         return corpus
 
@@ -165,12 +199,13 @@ class Segment:
     nearest_last: bool = False   # the document before the cursor: its last block is the nearest
 
 
-def _segments(texts: Sequence[LookupText]) -> list[Segment]:
+def _segments(texts: Sequence[LookupText], cut=line_blocks) -> list[Segment]:
+    """The texts as segments of block texts; `cut(lines, start, end)` cuts lines into blocks."""
     out = []
     for t in texts:
         lines = t.lines
         if t.cursor is None:
-            out.append(Segment(OPEN_DOCUMENTS_SOURCE, line_blocks(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
+            out.append(Segment(OPEN_DOCUMENTS_SOURCE, cut(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
             continue
         line, char = t.cursor
         if not 0 <= line < len(lines):
@@ -182,7 +217,7 @@ def _segments(texts: Sequence[LookupText]) -> list[Segment]:
         else:
             before = [*lines[max(0, line - WINDOW_LINES):line], lines[line][:char]]
             after = [lines[line][char:], *lines[line + 1:line + 1 + WINDOW_LINES]]
-        out += [Segment(DOCUMENT_SOURCE, line_blocks(before), nearest_last=True), Segment(DOCUMENT_SOURCE, line_blocks(after))]
+        out += [Segment(DOCUMENT_SOURCE, cut(before), nearest_last=True), Segment(DOCUMENT_SOURCE, cut(after))]
     return out
 
 
@@ -205,6 +240,7 @@ class Corpus:
     next_in_text: list[int] = field(default_factory=list)   # the block its text goes on with, or -1
     tokens: int = 0
     ends: list[dict] = field(default_factory=list)            # each block's table, for the lookup loop
+    complete: bool = True     # no block was left out for the request's tokenizing budget
 
     @classmethod
     def of(cls, index: BlockIndex, segments: list[Segment], max_tokens: int, max_new_tokens: int) -> "Corpus":
@@ -218,6 +254,7 @@ class Corpus:
                 continue
             block = index.block(text, build=index.stats.tokens_tokenized - new0 < max_new_tokens)
             if block is None:
+                corpus.complete = False
                 continue
             placed[(s, i)] = len(corpus.blocks)
             corpus.blocks.append(block)

@@ -83,6 +83,24 @@ def test_matches_a_brute_force_search(tmp_path):
                 assert tokens == [], (seq, k)
 
 
+def test_the_block_of_a_run_is_found_from_any_of_its_occurrences(tmp_path):
+    """The sorted suffixes that start with a run are found by galloping out from one of them:
+    the same block a scan of the whole order finds, for runs that occur once, at the order's
+    ends, and hundreds of times (more than MAX_VOTERS)."""
+    rng = random.Random(1)
+    answers = [([], [rng.choice([1, 2, 3, 60, 61, 62, 63]) for _ in range(40)]) for _ in range(30)]
+    store = build(tmp_path, answers)
+    keys = [store._key(r) for r in store._order]
+    for trial in range(200):
+        at = rng.randrange(len(keys)) if trial > 1 else (0 if trial == 0 else len(keys) - 1)
+        ids = len(keys[at]) // 4
+        prefix = keys[at][:4 * rng.randrange(1, max(2, min(ids, 5)) + 1)]
+        inside = [i for i, key in enumerate(keys) if key.startswith(prefix)]
+        assert inside == list(range(inside[0], inside[-1] + 1))     # one block of the order
+        assert store._block_around(prefix, rng.choice(inside)) == (inside[0], inside[-1] + 1)
+    assert max(len([k for k in keys if k.startswith(s.to_bytes(4, "big"))]) for s in (1, 2, 3)) > 4 * MAX_VOTERS
+
+
 def test_file_round_trip_and_wrong_tokenizer(tmp_path):
     big = {f"t{i}": i for i in range(70000)}
     store = build(tmp_path, [([69999], [1, 69998, 2])], vocab=big, name="wide.npz")  # ids past 16 bits

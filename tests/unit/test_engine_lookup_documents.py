@@ -122,6 +122,29 @@ def test_the_lines_the_prompt_holds_are_not_read_again(vocab):
     assert enc.texts == [] and again.tokens == first.tokens
 
 
+def test_a_keystroke_in_the_window_reuses_the_corpus_and_an_edit_outside_it_does_not(vocab):
+    """The documents beyond the prompt are cut and gathered once: the next keystroke inside the
+    window gets the same corpus back; an edit above the window (another copy of the document's
+    lines) is read, and the text it replaced is no longer proposed."""
+    index = BlockIndex(vocab.encode_text)
+    lines, window = code_lines(400), (260, 330)
+    first = index.corpus([LookupText(lines, (300, 0), window)])
+    typed = list(lines)
+    typed[300] += "  # edited"
+    assert index.corpus([LookupText(typed, (300, 0), window)]) is first
+    edited = list(typed)
+    edited[101] = edited[101].replace("total = value * scale", "total = value // scale")
+    d = NgramDrafter(special_ids=vocab.special_ids, index=index)
+    d.read([LookupText(edited, (300, 0), window)])
+    seq = vocab.encode_text("# elsewhere\n" + edited[100] + "\n    total = value")
+    draft = d.propose(seq, b"", 6, GREEDY)
+    assert d.corpus is not first and vocab.bytes_of(draft.tokens).decode().startswith(" // scale")
+    # the other open documents, given as the same lines again, are not cut again either
+    other = code_lines(80, "other")
+    with_other = index.corpus([LookupText(edited, (300, 0), window), LookupText(list(other))])
+    assert index.corpus([LookupText(edited, (300, 0), window), LookupText(list(other))]) is with_other
+
+
 def test_a_request_reads_and_tokenizes_a_bounded_number_of_tokens(vocab):
     enc = CountingEncoder(vocab)
     index = BlockIndex(enc, max_cached_tokens=20_000)

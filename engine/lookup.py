@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -27,6 +28,7 @@ from .drafters import Draft
 # A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
 # on, the first proposed token is right ~96-100% of the time, against ~30% after 1-4).
 MAX_MATCH = 32
+HISTORY_SEP = -1     # after each recent completion in their joined ids: never a token id
 
 # Blocks are looked up by the sequence's last KEY_NGRAM ids: an occurrence in the documents
 # must match at least that many. Measured with the shipped pair at end-of-line positions of
@@ -339,7 +341,13 @@ class NgramDrafter:
         self.max_ngram = max_ngram
         self.datastore = datastore
         self.special_ids = special_ids
-        self.history: deque[tuple[list[int], bytes]] = deque(maxlen=history)   # completions, with their bytes
+        self.history: deque[list[int]] = deque(maxlen=history)   # recent completions, oldest first
+        # ... joined (each followed by HISTORY_SEP), as ids and as 4-byte ids, with where each
+        # starts: one search finds the latest occurrence in the newest completion that has one
+        self._history_ids: list[int] = []
+        self._history_bytes = b""
+        self._history_starts: list[int] = []
+        self._history_stops = frozenset(special_ids) | {HISTORY_SEP}
         self._seq: list[int] | None = None      # the sequence _bytes_of last saw, and its bytes
         self._seq_bytes, self._seq_len = bytearray(), 0
         self.index = index
@@ -359,6 +367,16 @@ class NgramDrafter:
     def clear(self) -> None:
         # The block index stays: it holds tokenized text, not model state.
         self.history.clear()
+        self._join_history()
+
+    def _join_history(self) -> None:
+        ids, starts = [], []
+        for h in self.history:
+            starts.append(len(ids))
+            ids += h
+            ids.append(HISTORY_SEP)
+        self._history_ids, self._history_starts = ids, starts
+        self._history_bytes = array("i", ids).tobytes()
 
     def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
         """The texts the next request looks up besides its own ids (none: only those). They are
@@ -394,7 +412,8 @@ class NgramDrafter:
             self._score(source, completion[at - self._prompt_len:], tokens)
         self._last, self._prompt_len = None, None
         if len(completion) > self.max_ngram:
-            self.history.append((list(completion), array("i", completion).tobytes()))
+            self.history.append(list(completion))
+            self._join_history()
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         if self._prompt_len is None:
@@ -441,14 +460,21 @@ class NgramDrafter:
         self.stats.agreed[source] = self.stats.agreed.get(source, 0) + n
 
     def _near(self, seq: list[int], k: int) -> Draft | None:
+        """The latest occurrence of seq's last 3, 2 or 1 ids (the longest first) in seq itself,
+        else in the recent completions (the newest first), that has something after it."""
         seq_bytes = self._bytes_of(seq)
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq_bytes[-4 * n:]
-            for name, source, ids in (("prompt", seq_bytes, seq),
-                                      *(("completions", b, h) for h, b in reversed(self.history))):
-                out, start = self._follow(source, ids, tail, k)
+            out, start = self._follow(seq_bytes, seq, tail, k, self.special_ids)
+            if out:
+                return Draft(out, match=n + _matched_before(seq, start, seq, n), source="prompt")
+            if self._history_starts:
+                out, start = self._follow(self._history_bytes, self._history_ids, tail, k, self._history_stops)
                 if out:
-                    return Draft(out, match=n + _matched_before(ids, start, seq, n), source=name)
+                    c = bisect_right(self._history_starts, start) - 1
+                    at = self._history_starts[c]
+                    return Draft(out, match=n + _matched_before(self.history[c], start - at, seq, n),
+                                 source="completions")
         return None
 
     def _bytes_of(self, seq: list[int]) -> bytes:
@@ -463,9 +489,11 @@ class NgramDrafter:
             self._seq_len = len(seq)
         return self._seq_bytes
 
-    def _follow(self, source: bytes, ids: list[int], tail: bytes, k: int) -> tuple[list[int], int]:
+    @staticmethod
+    def _follow(source: bytes, ids: list[int], tail: bytes, k: int, stops: frozenset) -> tuple[list[int], int]:
         """What follows the latest occurrence of `tail` (4-byte ids) in `source` (the bytes of
-        `ids`) that has something after it, and where that occurrence starts (in ids)."""
+        `ids`) that has something after it (up to an id in `stops`), and where that occurrence
+        starts (in ids)."""
         n, end = len(tail) // 4, len(source) - 4
         while (at := source.rfind(tail, 0, end)) >= 0:
             end = at + len(tail) - 1      # the next search: occurrences starting before this one
@@ -474,7 +502,7 @@ class NgramDrafter:
             start = at // 4
             out = []
             for t in ids[start + n:start + n + k]:
-                if t in self.special_ids:
+                if t in stops:
                     break
                 out.append(t)
             if out:

@@ -116,12 +116,13 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
     """Every prompt through every configuration's engine, configurations alternating per prompt."""
     from engine import GenerationSettings
     from engine.threads import set_threads
-    from lsp import backend
+    from lsp import backend, collector
     from lsp.settings import Settings, parse_settings
 
     parsed = {name: parse_settings(s, Settings()) for name, s in settings.items()}
     engines = {name: backend.load_backend(p).engine for name, p in parsed.items()}   # as the server builds them
     set_threads(threads, "cpu")   # after the loads: each engine applies its own policy when built
+    collector.settle()            # as the server does after a load: no full collection mid-prompt
 
     def once(name: str, prompt: str, tokens: int):
         engine = engines[name]

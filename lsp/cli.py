@@ -74,6 +74,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     from lsp.client_log import disconnect
     from lsp.pygls_compat import shutdown_requested
     from lsp.server import server, stop_work
+    from lsp import collector
+    collector.watch()      # the collector's passes, timed for specfill.stats
     log = logging.getLogger("specfill.serve")
     try:
         if args.tcp:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 
 from lsprotocol import types
 
-from lsp import backend
+from lsp import backend, collector
 from lsp.documents import note_open_documents
 from lsp.notify import LOCAL_STATUS, client_supports, send_status, show
 from lsp.settings import MODEL_KEYS, Settings
@@ -103,6 +103,7 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
         _end_progress(ls, token, "superseded by a newer model setting")
         return
     state.backend = loaded
+    collector.settle()   # the old models are gone: collect once, then keep the new ones out of later passes
     state.loading = False
     state.stats.loads += 1
     state.stats.last_load_ms = round(ms, 1)

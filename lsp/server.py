@@ -25,7 +25,7 @@ from pygls.lsp.server import LanguageServer
 
 from completion import selected as selected_item
 from completion.alternatives import MAX_CANDIDATES, alternatives
-from lsp import backend, client_log, commands, telemetry
+from lsp import backend, client_log, collector, commands, telemetry
 from lsp.arguments import SPECFILL_VERSION
 from lsp.config import apply_settings, on_pushed_settings, pull_settings
 from lsp.documents import SpecfillProtocol, document_key
@@ -374,6 +374,8 @@ def stats_report(ls: SpecfillServer) -> dict:
         "workerBusy": state.worker_busy,
         "pendingRequests": pending_requests(ls),
         "maxRssMb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # the cyclic garbage collector's passes, and the objects kept out of them (lsp/collector.py)
+        "garbageCollector": collector.summary(),
     }
 
 

@@ -13,6 +13,10 @@ walk meets each position once). The two engines take turns file by file; figures
 over reps of the mean per call. The proposals are compared across the engines: equal where
 both commits choose between the text's match and the store's alike (since the session of
 2026-12-01 evening the store's proposal is taken only where its match is the longer).
+
+A request's first search also reads the documents beyond the prompt (`BlockIndex.corpus`):
+"documents read" times that at keystrokes on one line of a long file (DOC_LINES lines of the
+same held-out source), whose blocks are already tokenized, per engine, alternating by rep.
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ DEFAULT_BASELINE = "ea8d66d"
 WINDOW = 480      # tokens of sequence before each position, about a completion prompt
 STEPS = 200       # positions walked per file
 DRAFT = 16        # tokens asked per proposal (the engine's longest draft)
+DOC_LINES = 6000  # a long document (the held-out files one after another), typed into ...
+WINDOW_LINES = 80  # ... with a prompt of this many lines around the cursor ...
+KEYSTROKES = 20   # ... this many keystrokes, each timed for lookup's read of the documents
 
 
 def walks(encode, n_files: int, seed: int) -> list[list[int]]:
@@ -75,6 +82,38 @@ def time_walk(pkg, ids: list[int], special, path: Path, vocab) -> tuple[dict[str
     return {k: v / n * 1000 for k, v in ms.items()}, out
 
 
+def document_lines(limit: int = DOC_LINES) -> list[str]:
+    """The held-out pygls files' lines one after another, up to `limit`: one long document."""
+    import pygls
+    lines: list[str] = []
+    for f in sorted(Path(pygls.__file__).parent.rglob("*.py")):
+        lines += f.read_text(encoding="utf-8").split("\n")
+        if len(lines) >= limit:
+            break
+    return lines[:limit]
+
+
+def time_documents(pkg, lines: list[str], encode, dummy_prefix: bool) -> float:
+    """ms of lookup's read of the documents (`BlockIndex.corpus`) at a keystroke on the cursor
+    line in the middle of `lines`, the prompt holding the WINDOW_LINES around it: each keystroke
+    is a new copy of the lines, as a new text from the editor is. Requests before fill the index
+    (its tokenizing is not what is timed here)."""
+    lookup = importlib.import_module(pkg.__name__ + ".lookup")
+    index = lookup.BlockIndex(encode, dummy_prefix=dummy_prefix)
+    mid = len(lines) // 2
+    window = (mid - WINDOW_LINES // 2, mid + WINDOW_LINES // 2)
+    for _ in range(8):
+        index.corpus([lookup.LookupText(list(lines), (mid, 0), window)])
+    total = 0.0
+    for i in range(KEYSTROKES):
+        typed = list(lines)
+        typed[mid] = lines[mid] + "x" * (i + 1)
+        t0 = time.perf_counter()
+        index.corpus([lookup.LookupText(typed, (mid, len(typed[mid])), window)])
+        total += time.perf_counter() - t0
+    return total / KEYSTROKES * 1000
+
+
 def main(argv=None) -> int:
     ap = bench_parser(PROG, __doc__, description="What prompt lookup costs per round, this tree's engine "
                                                 "beside an older commit's.")
@@ -97,6 +136,7 @@ def main(argv=None) -> int:
     vocab = target.tokenizer.get_vocab()
     special = frozenset(target.vocab.special_ids)
     files = walks(target.vocab.encode_text, args.files, seed=0)
+    doc = document_lines()
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = [("this tree", this_pkg)]
         if sha is not None:
@@ -115,12 +155,16 @@ def main(argv=None) -> int:
                 if rep == 0:
                     total += len(outs[0])
                     same += sum(len({repr(o[j]) for o in outs}) == 1 for j in range(len(outs[0])))
+            for label, pkg in (pkgs if rep % 2 == 0 else pkgs[::-1]):
+                sums[label]["documents read"] = time_documents(pkg, doc, target.vocab.encode_text,
+                                                               target.vocab.dummy_prefix)
             for label in sums:
                 for k, v in sums[label].items():
                     samples[label].setdefault(k, []).append(v)
     print(f"{len(files)} held-out files, {STEPS} positions each, a {WINDOW}-token window, {DRAFT} tokens asked; "
-          f"shipped datastore; {args.reps} reps; proposals equal across engines {same}/{total}\n")
-    names = ("propose", "sequence search", "datastore search")
+          f"shipped datastore; {args.reps} reps; proposals equal across engines {same}/{total}; "
+          f"documents read: {KEYSTROKES} keystrokes in a {len(doc)}-line file, {WINDOW_LINES} lines in the prompt\n")
+    names = ("propose", "sequence search", "datastore search", "documents read")
     print(f"{'engine':<22} " + " ".join(f"{n:>17}" for n in names) + "   (ms per call, median over reps)")
     for label in samples:
         print(f"{label:<22} " + " ".join(f"{statistics.median(samples[label][n]):>17.4f}" for n in names))

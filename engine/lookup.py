@@ -5,7 +5,8 @@ document and of other open documents beyond the prompt's window.
 Those texts are cut into blocks of lines (`line_blocks`), each tokenized with the target's
 tokenizer and indexed once (`Block`: each run of KEY_NGRAM ids -> the latest position it ends
 at), cached by the block's text (`BlockIndex`), so a keystroke re-tokenizes only the block it
-touched. Each round looks the sequence's last KEY_NGRAM ids up in every block of the request
+touched; each text's cut into blocks is kept too, and so is the last request's corpus, so a
+keystroke inside the prompt's lines reads nothing again. Each round looks the sequence's last KEY_NGRAM ids up in every block of the request
 (`Corpus`) and keeps the occurrence that matches the most tokens before them: the match length,
 and whether the copy comes from the documents, tell the controller how far to trust a proposal
 (engine/control.py keeps an estimate per class). Where a datastore of what the target wrote
@@ -46,8 +47,9 @@ MAX_REQUEST_TOKENS = 32768       # tokens looked up per request, blocks nearest 
 MAX_NEW_TOKENS = 8192            # tokens tokenized per request: a new large file fills in over requests
 MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least recently used go)
 # Texts whose cut into blocks is kept across requests (the document's two sides beyond the prompt,
-# other open documents): a keystroke changes the lines the prompt holds, not those, and cutting
-# 6,500 lines into blocks took 0.75 ms a request (comparing them with the last request's, 0.08).
+# other open documents): a keystroke changes the lines the prompt holds, not those. Cutting 6,500
+# lines into blocks took 0.75 ms a request, comparing them with the last request's 0.08 ms (a
+# throwaway timing); `python -m bench.lookup_cost` times the whole read ("documents read").
 MAX_KEPT_CUTS = 16
 
 

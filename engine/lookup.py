@@ -6,12 +6,12 @@ Those texts are cut into blocks of lines (`line_blocks`), each tokenized with th
 tokenizer and indexed once (`Block`: each run of KEY_NGRAM ids -> the latest position it ends
 at), cached by the block's text (`BlockIndex`), so a keystroke re-tokenizes only the block it
 touched; each text's cut into blocks is kept too, and so is the last request's corpus, so a
-keystroke inside the prompt's lines reads nothing again. Each round looks the sequence's last KEY_NGRAM ids up in every block of the request
-(`Corpus`) and keeps the occurrence that matches the most tokens before them: the match length,
-and whether the copy comes from the documents, tell the controller how far to trust a proposal
-(engine/control.py keeps an estimate per class). Where a datastore of what the target wrote
-elsewhere (engine/datastore.py) matches more ids before its proposal than the text did, it
-proposes instead.
+keystroke inside the prompt's lines reads nothing again. Each round looks the sequence's last
+KEY_NGRAM ids up in every block of the request (`Corpus`) and keeps the occurrence that matches
+the most tokens before them: the match length, and whether the copy comes from the documents,
+tell the controller how far to trust a proposal (engine/control.py keeps an estimate per
+class). Where a datastore of what the target wrote elsewhere (engine/datastore.py) matches more
+ids before its proposal than the text did, it proposes instead.
 """
 from __future__ import annotations
 

@@ -60,6 +60,7 @@ from bench.paired import Paired
 from bench.replay import UsageError, chosen
 from bench.speedup import Costs, Speedup, Totals, measure_costs, speedup
 from completion.stats import percentile
+from lsp import commands
 from lsp.arguments import number
 
 WORKLOADS = ("generate", "end-of-line", "end-of-line-real", "replay", "replay-append")
@@ -145,9 +146,11 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
 
 
 async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: dict[str, list],
-                      time_scale: float, log_dir: Path, env: dict, prog: str = "bench.suite") -> Results:
+                      time_scale: float, log_dir: Path, env: dict, prog: str = "bench.suite",
+                      servers: dict | None = None) -> Results:
     """End of line (each set of positions: bench/files, real files), then the replays (workload ->
-    its typing scripts), through one real server per configuration."""
+    its typing scripts), through one real server per configuration. `servers` gets each server's
+    figures after the last request (`server_figures`)."""
     t0 = time.perf_counter()
     clients = await start_servers(settings, env, log_dir)
     _progress(prog, "servers started", t0)
@@ -166,9 +169,35 @@ async def run_servers(settings: dict[str, dict], positions: dict[str, list], scr
                                             replay_engine_stats(r))
                                     for r in typed if r["config"] == name] for name in clients}
             _progress(prog, f"{workload} done", t0)
+        if servers is not None:
+            for name, client in clients.items():
+                servers[name] = server_figures(await client.execute(commands.STATS))
     finally:
         await close_all(clients)
     return out
+
+
+def server_figures(stats: dict) -> dict:
+    """What a server's `specfill.stats` says of the run beyond its requests: the matmul kernels
+    each model measured at load (configurations whose servers chose differently do not run the
+    same passes), and the garbage collector's passes (lsp/collector.py)."""
+    return {"matmul_kernels": stats["models"].get("matmulKernels"), "garbage_collector": stats.get("garbageCollector")}
+
+
+def server_lines(servers: dict) -> list[str]:
+    """A line per server: its models' kernels by class of row counts, and the collector's passes."""
+    lines = []
+    for name, figures in servers.items():
+        kernels = figures.get("matmul_kernels") or {}
+        models = "; ".join(f"{role} " + ", ".join(f"{cls} {k[cls]}" for cls in ("one", "few", "verify", "prefill") if cls in k)
+                           for role, k in kernels.items() if k)
+        gc_figures = figures.get("garbage_collector") or {}
+        passes = (f"; the collector's passes: {gc_figures['passes']}, the longest {gc_figures['longest_ms']:.1f} ms"
+                  if "passes" in gc_figures else "")
+        lines.append(f"- {name}: {models or 'no local kernels'}{passes}")
+    if not lines:
+        return []
+    return ["Each server's matmul kernels (measured at its load) and garbage collector:", "", *lines, ""]
 
 
 def _progress(prog: str, what: str, since: float) -> None:
@@ -356,6 +385,7 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
              "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's.", "",
              "Costs measured in this run:", "", *cost_lines, "",
              *lookup_lines(results),
+             *server_lines(meta.get("servers") or {}),
              "## Goals (default configuration)", "", "| goal | measured | met |", "|---|---|---|"]
     for goal, measured, met in goals(rows):
         lines.append(f"| {goal} | {measured} | {'-' if met is None else 'yes' if met else '**no**'} |")
@@ -423,6 +453,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
     load_before = _load()
     t0 = time.perf_counter()
     results: Results = {}
+    servers: dict = {}
     if "generate" in workloads:
         prompts = held_out_prompts(sizes.prompts, sizes.prompt_chars)
         results["generate"] = run_generate(settings, prompts, sizes.max_new_tokens, args.threads)
@@ -431,7 +462,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
     if positions or scripts:
         args.out.mkdir(parents=True, exist_ok=True)
         results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
-                                               args.out / "logs" / "suite", server_env(args.threads), prog)))
+                                               args.out / "logs" / "suite", server_env(args.threads), prog, servers)))
         for workload in REPLAYS:
             multiline = multiline_requests(results[workload]) if workload in results else {}
             if any(multiline.values()):
@@ -440,7 +471,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() - (time.perf_counter() - t0))),
             "seconds": time.perf_counter() - t0, "load_before": load_before, "load_after": _load(),
             "settings": base, "sizes": dataclasses.asdict(sizes), "workload_sizes": describe(sizes, workloads, scripts),
-            "threads": args.threads, "code": _code_version()}
+            "threads": args.threads, "code": _code_version(), "servers": servers}
     text, rows = report(results, meta)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

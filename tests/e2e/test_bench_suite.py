@@ -9,6 +9,7 @@ import re
 import pytest
 
 from bench import suite
+from bench.common import DRAFT_CONFIGS
 from tests.e2e.lsp_helpers import tiny_pair
 from tests.e2e.test_bench import small_files
 
@@ -83,6 +84,11 @@ def test_the_suite_prints_every_workload_and_configuration(tmp_path, capsys):
         assert re.search(rf"\| ({judged}|{unpaired}) \|$", goal), goal
     for workload in suite.WORKLOADS:
         assert re.search(rf"- {workload}: verify\(1\) {NUMBER} ms", md), workload
+    # each server's kernels, as its specfill.stats gave them after the last request
+    assert "Each server's matmul kernels (measured at its load) and garbage collector:" in md
+    for config in DRAFT_CONFIGS:
+        assert re.search(rf"^- {config}: target one \w+, few \w+, verify \w+, prefill \w+.*; the collector's passes: \d+",
+                         md, re.M), config
 
     saved = json.loads((out / "suite.json").read_text())
     assert set(saved["requests"]) == set(suite.WORKLOADS)

@@ -36,9 +36,13 @@ ROWS, TRANSPOSED, ONEDNN, OPENBLAS = "rows", "transposed", "onednn", "openblas"
 FEW_ROWS, VERIFY_ROWS, PREFILL_ROWS = 2, 4, 32
 ROW_CLASSES = (("one", 1, (1,)), ("few", FEW_ROWS, (2, 3)), ("verify", VERIFY_ROWS, (4, 6, 9, 12, 16)),
                ("prefill", PREFILL_ROWS, (48, 160)))
-# The cached tokens before each measured pass, and the rounds over each class's widths (the
-# first one warms up; prefill passes cost tens of steps, so fewer of them).
-MEASURE_CONTEXT, MEASURE_REPS, PREFILL_REPS = 128, 5, 3
+# The cached tokens before each measured pass, and the rounds over each class's widths (one more
+# warms up). A VM's stolen time makes single passes vary 2x, and the one-token step (most of
+# a completion's passes) is where kernels differ least: with 5 rounds its median chose the slower
+# kernel in 2 of 8 trials here, with 30 in none (a throwaway script, 2026-12-05). Cheap passes
+# get many rounds; prefill passes cost tens of steps, so few.
+MEASURE_CONTEXT = 128
+CLASS_REPS = {"one": 30, "few": 10, "verify": 5, "prefill": 3}
 # Another kernel replaces ROWS only when it is this much faster: near a tie, keep the plain one.
 MIN_GAIN = 0.97
 
@@ -218,14 +222,15 @@ def use_kernels(lean, kernels: Kernels) -> None:
     lean.kernels.note = kernels.note
 
 
-def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
+def choose_kernels(lean, reps: int | None = None) -> Kernels:
     """Time `lean`'s forward passes on this machine with each kernel for each class of row
     counts (ROW_CLASSES: its widths after MEASURE_CONTEXT cached tokens, fewer where the model
-    has fewer positions; kernels interleaved, medians) and keep the fastest of each (ROWS unless
-    another wins by MIN_GAIN). oneDNN is a candidate for float32 weights where the torch build
-    has its kernel and it gives the same products; numpy's BLAS for float32 weights on the CPU
-    where torch runs on one thread (_openblas_ready). The shipped target: 1.5-1.7 s on the AVX2
-    EPYC with all four kernels (1.0-1.1 s there with three), once per process."""
+    has fewer positions; kernels interleaved, medians over CLASS_REPS rounds, or `reps` for
+    every class) and keep the fastest of each (ROWS unless another wins by MIN_GAIN). oneDNN is
+    a candidate for float32 weights where the torch build has its kernel and it gives the same
+    products; numpy's BLAS for float32 weights on the CPU where torch runs on one thread
+    (_openblas_ready). The shipped target: 1.2 s on the AVX2 EPYC with all four kernels (1.0 s
+    with 5 rounds in every class; a throwaway timing, 2026-12-05), once per process."""
     kernels = lean.kernels
     param = next(lean.model.parameters())
     cfg = lean.model.config
@@ -248,7 +253,7 @@ def choose_kernels(lean, reps: int = MEASURE_REPS) -> Kernels:
                 continue
             ids = torch.arange(context, context + max(widths), device=param.device) * 53 % vocab   # any ids do
             times = {k: [[] for _ in widths] for k in candidates}
-            for rep in range((PREFILL_REPS if name == "prefill" else reps) + 1):    # rep 0 warms up
+            for rep in range((CLASS_REPS[name] if reps is None else reps) + 1):    # rep 0 warms up
                 order = candidates[rep % len(candidates):] + candidates[:rep % len(candidates)]
                 for i, w in enumerate(widths):
                     for k in order:

@@ -95,14 +95,15 @@ async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> L
 
 
 async def start_servers(settings: dict[str, dict], env: dict, log_dir: Path) -> dict[str, LspClient]:
-    """One server per configuration, all started (models loading side by side) before any is
-    waited on; on a failure the ones started are closed."""
+    """One server per configuration, each loaded before the next starts: a load measures its
+    matmul kernels (engine/matmul.py), and four loads side by side on 2 cores made those
+    measurements disagree (the servers of one suite run took different kernels for the same
+    model, 2026-12-05). On a failure the ones started are closed."""
     clients: dict[str, LspClient] = {}
     try:
         for name, s in settings.items():
             clients[name] = await start_server(name, s, env, log_dir)
-        for client in clients.values():
-            await wait_loaded(client)
+            await wait_loaded(clients[name])
     except BaseException:
         await close_all(clients)
         raise

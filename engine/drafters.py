@@ -8,6 +8,7 @@ the others are verified by comparing with what the target itself picks.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,6 +153,7 @@ def translate(src: TokenVocab, ids: list[int], src_context: list[int], dst: Toke
     return direct
 
 
+_WHITESPACE = re.compile(rb"[ \t\n\r]")
 TAIL_TOKENS = 3    # the draft's last ids whose split healing checks (the healed bytes stay one draft step)
 
 
@@ -171,8 +173,11 @@ class TextDrafter:
     the target model chose itself: the target has committed to that boundary and the draft
     commits with it, so it continues the way the target will (after a trailing-indent token,
     " return", not "return"). At the prompt's end (`begin`) a last token spanning other bytes
-    than the target's is held back. The healed token is one of the round's k draft steps,
-    never an extra one.
+    than the target's is held back. So is whitespace the draft's tokenizer merges with what
+    follows where the target's cannot (`_open_whitespace`): a SentencePiece target ends a line
+    with "\n" alone, and a byte-level draft left after a bare "\n", a split it never sees,
+    drafts unindented code; re-drafted, it writes "\n" + the indentation as one token. The
+    healed token is one of the round's k draft steps, never an extra one.
     """
     kind = "text"
 
@@ -183,6 +188,7 @@ class TextDrafter:
         self.heal = heal
         self.draft_calls = 0
         self._prefix_index = self._index_prefixes(draft_vocab)
+        self._open_ids = self._open_whitespace(draft_vocab, target_vocab)
 
     @staticmethod
     def _index_prefixes(vocab: TokenVocab, depth: int = 4) -> dict[bytes, torch.Tensor]:
@@ -195,11 +201,32 @@ class TextDrafter:
                 index.setdefault(b[:n], []).append(tid)
         return {k: torch.tensor(v) for k, v in index.items()}
 
+    @staticmethod
+    def _open_whitespace(draft: TokenVocab, target: TokenVocab) -> frozenset[int]:
+        """Draft ids whose text ends in whitespace that the draft's tokenizer merges with what
+        follows and the target's cannot: a byte-level draft writes "\n" + indentation as one
+        token ("\n       " + " return") where a SentencePiece target writes "\n" alone, so
+        shared text ending in the target's "\n" is not yet split as the draft will split it.
+        (Where the target's tokenizer could merge there too, its boundary is its own choice.)"""
+        def prefixes(vocab: TokenVocab) -> set[bytes]:   # the proper prefixes that end in whitespace
+            return {b[:m.end()] for i, b in enumerate(vocab.token_bytes) if i not in vocab.special_ids
+                    for m in _WHITESPACE.finditer(b, 0, len(b) - 1)}
+
+        draft_open, target_open = prefixes(draft), prefixes(target)
+        return frozenset(i for i, b in enumerate(draft.token_bytes)
+                         if b[-1:] in (b" ", b"\t", b"\n", b"\r") and i not in draft.special_ids
+                         and b in draft_open and b not in target_open)
+
     def forward_ms(self) -> float:
         return self.pool.forward_ms()
 
     def clear(self) -> None:
         self.pool.clear()
+
+    def _open_end(self, ids: list[int]) -> int:
+        """1 when the draft's last id is whitespace it would merge with the text to come (held back
+        and re-drafted, so the draft writes "\n" + indentation its own way), else 0."""
+        return int(self.heal and bool(ids) and ids[-1] in self._open_ids)
 
     def _differs(self, draft_id: int, target_id: int | None) -> bool:
         """Does the draft's last token end the shared text differently from the target's?"""
@@ -214,7 +241,8 @@ class TextDrafter:
             raise ValueError("a draft model with another tokenizer needs its own prompt (draft_ids)")
         prompt = list(draft_prompt)
         held = b""
-        if len(prompt) > 1 and self._differs(prompt[-1], target_prompt[-1] if target_prompt else None):
+        if len(prompt) > 1 and (self._differs(prompt[-1], target_prompt[-1] if target_prompt else None)
+                                or self._open_end(prompt)):
             held = self.dv.token_bytes[prompt.pop()]
         self.offset = len(target_prompt)     # where the target's generated ids start in `seq`
         self.prompt = prompt
@@ -254,7 +282,7 @@ class TextDrafter:
         self.cont.extend(ids)
         end = pos + written
         if ids and written == len(rest):
-            back = self._unnatural_tail(seq, len(shared) - len(self.held))
+            back = self._unnatural_tail(seq, len(shared) - len(self.held)) or self._open_end(self.cont)
             if back:
                 held = self.dv.bytes_of(self.cont[-back:])
                 del self.cont[-back:]

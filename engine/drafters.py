@@ -214,7 +214,7 @@ class TextDrafter:
 
         draft_open, target_open = prefixes(draft), prefixes(target)
         return frozenset(i for i, b in enumerate(draft.token_bytes)
-                         if b[-1:] in (b" ", b"\t", b"\n", b"\r") and i not in draft.special_ids
+                         if b and _WHITESPACE.match(b, len(b) - 1) and i not in draft.special_ids
                          and b in draft_open and b not in target_open)
 
     def forward_ms(self) -> float:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.drafters import TextDrafter
-from engine.vocab import TokenVocab
+from engine.vocab import TokenVocab, build_vocab
 
 FILES = Path(__file__).resolve().parent / "files"
 PAIRS = ("shipped", "codellama-qwen3", "qwen3-codellama")   # target-draft
@@ -48,10 +48,8 @@ def vocabs(pair: str) -> tuple[TokenVocab, TokenVocab]:
         from transformers import AutoTokenizer
 
         from engine.models import resolve_name
-        from engine.vocab import build_vocab
         return tuple(build_vocab(AutoTokenizer.from_pretrained(resolve_name("default", role)))
                      for role in ("target", "draft"))
-    from engine.vocab import build_vocab
     from tests import real_tokenizers as rt
     target, draft = pair.split("-")
     return build_vocab(rt.tokenizer(target)), build_vocab(rt.tokenizer(draft))

@@ -83,8 +83,10 @@ PROMPTS = [(text, None) for text in HARD_TEXTS] + FIM   # (prefix, suffix or Non
 
 @functools.lru_cache(maxsize=None)
 def _engine(target: str, draft: str) -> Engine:
-    return Engine(EngineConfig(target=rt.model_dir(target), draft="none" if draft == "none" else rt.model_dir(draft, 1),
-                               device="cpu", threads=1, lookup=False))
+    """Tiny random models on the real tokenizers ("default": the shipped pair's models)."""
+    def model(name: str, seed: int) -> str:
+        return name if name in ("none", "default") else rt.model_dir(name, seed)
+    return Engine(EngineConfig(target=model(target, 0), draft=model(draft, 1), device="cpu", threads=1, lookup=False))
 
 
 @pytest.mark.parametrize("target,draft", [("codellama", "qwen3"), ("qwen3", "codellama")])
@@ -153,7 +155,7 @@ def _alignment_per_target_token(target: str, draft: str, prefix: str, text: str)
     """The other-tokenizer drafter's alignment as the target writes `text` after `prefix` one of
     its own tokens per round (none of the draft's accepted): for each target token, (its bytes,
     the bytes the draft holds back to re-draft, the last token of the draft's context)."""
-    pair = _engine(target, draft) if target != "default" else _shipped_pair()
+    pair = _engine(target, draft)
     drafter = pair.drafters.model
     assert drafter.kind == "text"
     t_ids = self_draft.target_ids(load_template(pair.target.tokenizer), prefix, None)
@@ -196,18 +198,12 @@ def test_the_drafts_context_never_ends_where_its_tokenizer_would_merge_across(ta
     # shared text after each of the target's tokens must leave the draft either on a token its
     # tokenizer could not extend or holding such a token back to re-draft.
     steps = _alignment_per_target_token(target, draft, "import os\n\n\n", CODE)
-    pair = _engine(target, draft) if target != "default" else _shipped_pair()
+    pair = _engine(target, draft)
     drafter = pair.drafters.model
-    open_ids = drafter._open_ids
+    open_bytes = {drafter.dv.token_bytes[i] for i in drafter._open_ids}
     if (target, draft) == ("qwen3", "codellama"):
-        assert not open_ids        # Qwen3 merges every whitespace run CodeLlama does: nothing to hold
+        assert not open_bytes      # Qwen3 merges every whitespace run CodeLlama does: nothing to hold
     else:
-        assert b"\n" in {drafter.dv.token_bytes[i] for i in open_ids}
+        assert b"\n" in open_bytes
         assert any(held.endswith(b"\n") for _, held, _ in steps), steps   # after ":\n", before the indentation
-    open_bytes = {drafter.dv.token_bytes[i] for i in open_ids}
     assert all(last not in open_bytes for _, _, last in steps), steps
-
-
-@functools.lru_cache(maxsize=None)
-def _shipped_pair() -> Engine:
-    return Engine(EngineConfig(target="default", draft="default", device="cpu", threads=1, lookup=False))

@@ -70,12 +70,13 @@ def test_lean_forward_equals_transformers_at_every_width(kind, weights):
         assert lean.kernels.verify in MEASURED["verify"] and "verify " in lean.kernels.note
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, VOCAB, (400,), generator=gen).tolist()
+    ids = torch.randint(0, VOCAB, (420,), generator=gen).tolist()
     ref = _reference(model, ids)
-    prefill = MASK_BAND_WIDTH + 30   # longer than the mask band
+    prefill = MASK_BAND_WIDTH + 30   # longer than the mask band: attends in blocks of band rows
     pos = 0
     with torch.no_grad():
-        for width in [prefill, 1, 2, 3, 4, 8, 16, 1, 5, 12, 31, 32, MASK_BAND_WIDTH]:
+        # ... and a prompt's prefill after cached tokens (three blocks, the last a short one)
+        for width in [prefill, 1, 2, 3, 4, 8, 16, 1, 5, 12, 31, 32, MASK_BAND_WIDTH, 2 * MASK_BAND_WIDTH + 9]:
             got = fwd(ids[pos:pos + width], n_logits=width)
             assert got.is_contiguous() and got.shape == (width, VOCAB)
             torch.testing.assert_close(got, ref[pos:pos + width], atol=1e-4, rtol=1e-4, msg=f"width {width}")

@@ -220,20 +220,21 @@ class _SliceStep:
         kv.reserve(self.end)
         positions.ensure(self.end, dtype, ids.device)
         self.where = slice(self.start, self.end) if tree is None else self.start + tree.depths
-        self.blocks = tree is None and n > MASK_BAND_WIDTH and ids.device.type == "cpu"
+        self.blocks = None    # (first row, end row, its mask) for each block of a CPU prefill
+        if tree is None and n > MASK_BAND_WIDTH and ids.device.type == "cpu":
+            ends = [min(n, a + MASK_BAND_WIDTH) for a in range(0, n, MASK_BAND_WIDTH)]
+            self.blocks = [(a, b, positions.mask(self.start + a, b - a, ids.device))
+                           for a, b in zip([0] + ends[:-1], ends)]
         self.mask = None if self.blocks else positions.mask(self.start, n, ids.device, tree)
 
     def write(self, layer: int, new_kv: torch.Tensor) -> None:
         self.kv.slots[layer][:, :, self.start:self.end] = new_kv.permute(1, 2, 0, 3)
 
     def attend(self, layer: int, q: torch.Tensor, scale: float) -> torch.Tensor:
-        if not self.blocks:
+        if self.blocks is None:
             return _attend(q, self.kv, layer, self.end, self.mask, scale)
-        out, start, device = [], self.start, q.device
-        for a in range(0, q.shape[0], MASK_BAND_WIDTH):
-            b = min(q.shape[0], a + MASK_BAND_WIDTH)
-            out.append(_attend(q[a:b], self.kv, layer, start + b, self.positions.mask(start + a, b - a, device), scale))
-        return torch.cat(out)
+        return torch.cat([_attend(q[a:b], self.kv, layer, self.start + b, mask, scale)
+                          for a, b, mask in self.blocks])
 
 
 def _packs(model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int) -> bool:

@@ -225,3 +225,26 @@ def test_attention_masks_are_additive_and_let_each_token_see_the_cache_and_itsel
     mask = positions.mask(4, 3, torch.device("cpu"), tree)
     assert torch.equal(mask == 0, torch.cat([torch.ones(3, 4, dtype=torch.bool), ancestors], dim=1))
     assert bool(torch.isneginf(mask[:, 4:][~ancestors]).all())
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama, 2 heads per kv head", "bigcode", "bigcode multi-head"])
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_pass_that_wants_few_logits_gives_them_and_the_same_cache(kind, packed):
+    """A prompt's prefill wants the last token's logits only: past its keys and values, the last
+    layer runs that token alone. Its logits are transformers' and the cache it leaves is the one
+    a pass wanting every token's logits leaves, bit for bit (the next steps agree too)."""
+    model = _model(kind)
+    lean = make_lean(model, pack_max_bytes=2**30 if packed else 0)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, VOCAB, (200,), generator=gen).tolist()
+    ref = _reference(model, ids)
+    few, every = (LeanForward(lean, torch.float32, torch.device("cpu")) for _ in range(2))
+    with torch.no_grad():
+        pos = 0
+        for width, wanted in [(MASK_BAND_WIDTH + 40, 1), (7, 2), (MASK_BAND_WIDTH, 3), (1, 1), (20, 20)]:
+            got = few(ids[pos:pos + width], n_logits=wanted)
+            every(ids[pos:pos + width], n_logits=width)
+            torch.testing.assert_close(got, ref[pos + width - wanted:pos + width], atol=1e-4, rtol=1e-4,
+                                       msg=f"width {width}")
+            pos += width
+            assert torch.equal(few.cache.prefix(pos), every.cache.prefix(pos))

@@ -9,8 +9,6 @@ import pytest
 from bench import alignment
 from tests.e2e.test_cli_errors import assert_one_line_error, in_process
 
-PROG = "python -m bench.alignment"
-
 
 @pytest.mark.parametrize("args, expected", [
     (["--pairs", "shipped,gpt2-bert"], "unknown pair(s) gpt2-bert"),

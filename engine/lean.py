@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
 
-from .matmul import Kernels, Linear, choose_kernels, use_kernels
+from .matmul import Kernels, Linear, choose_kernels, fp16_ready, use_kernels
 
 log = logging.getLogger("specfill.engine")
 
@@ -497,7 +497,7 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     if lean.packed and kernels is not None:
         use_kernels(lean, kernels)
     elif lean.packed and next(model.parameters()).device.type == "cpu":
-        key = _shape_key(model)
+        key = _shape_key(model) + (fp16_ready(lean),)
         if key in _KERNELS_MEASURED:   # the same shapes again (a second engine): the same kernels
             use_kernels(lean, _KERNELS_MEASURED[key])
         else:
@@ -510,7 +510,8 @@ _KERNELS_MEASURED: dict[tuple, Kernels] = {}
 
 
 def _shape_key(model) -> tuple:
-    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads."""
+    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads
+    (make_lean adds whether the weights are float16 values, which FP16 needs)."""
     param = next(model.parameters())
     sizes = tuple(sorted((k, v) for k, v in model.config.to_dict().items() if isinstance(v, int)))
     return type(model).__name__, sizes, param.dtype, str(param.device), torch.get_num_threads()

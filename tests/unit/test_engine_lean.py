@@ -9,14 +9,16 @@ from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import Engine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, TreeLayout, _Positions, long_tensor, make_lean
-from engine.matmul import (ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops, _openblas_ready,
-                           choose_kernels)
+from engine.matmul import (FP16, ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _fp16_ops, _onednn_ops,
+                           _openblas_ready, choose_kernels, fp16_exact, use_kernels)
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
 
 
-def _model(kind: str) -> torch.nn.Module:
+def _model(kind: str, fp16_values: bool = False) -> torch.nn.Module:
+    """A tiny model of `kind` with nonzero biases; with `fp16_values`, every weight a float16
+    value held in float32 (as a checkpoint stored in float16 loads: the FP16 kernel's case)."""
     if kind == "bigcode multi-head":
         model = GPTBigCodeForCausalLM(bigcode_config(VOCAB, multi_query=False)).eval()
     elif kind == "llama, 2 heads per kv head":
@@ -28,6 +30,8 @@ def _model(kind: str) -> torch.nn.Module:
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+            if fp16_values:
+                p.copy_(p.half().float())
     return model
 
 
@@ -39,8 +43,10 @@ def _reference(model, ids: list[int]) -> torch.Tensor:
 HAS_ONEDNN = _onednn_ops() is not None
 # numpy's BLAS is a candidate where torch runs on one thread (the tests' conftest sets one)
 HAS_OPENBLAS = _openblas_ready(torch.zeros(1))
-MEASURED = {"verify": (ROWS, TRANSPOSED, ONEDNN, OPENBLAS)}   # what a measured class may take
-OTHER_CLASSES = (ROWS, ONEDNN, OPENBLAS)
+# FBGEMM's float16-weight product: in this torch build, on a CPU it supports (x86 with AVX2)
+HAS_FP16 = _fp16_ops() is not None and "fbgemm" in torch.backends.quantized.supported_engines
+MEASURED = {"verify": (ROWS, TRANSPOSED, ONEDNN, OPENBLAS, FP16)}   # what a measured class may take
+OTHER_CLASSES = (ROWS, ONEDNN, OPENBLAS, FP16)
 # packed weights with every kernel at every row count, one of each, the measured ones; or the model's own
 WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
            "packed, transposed": (True, Kernels(ROWS, TRANSPOSED, TRANSPOSED, TRANSPOSED)),
@@ -48,7 +54,14 @@ WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
            "packed, openblas": (True, Kernels(OPENBLAS, OPENBLAS, OPENBLAS, OPENBLAS)),
            "packed, mixed": (True, Kernels(ROWS, ONEDNN, TRANSPOSED, ONEDNN)),
            "packed, mixed with openblas": (True, Kernels(OPENBLAS, ROWS, OPENBLAS, TRANSPOSED)),
-           "packed, measured": (True, None), "model-weights": (False, None)}
+           "packed, fp16": (True, Kernels(FP16, FP16, FP16, FP16)),
+           "packed, mixed with fp16": (True, Kernels(FP16, ROWS, FP16, TRANSPOSED)),
+           "packed, measured": (True, None), "packed, measured, float16 values": (True, None),
+           "model-weights": (False, None)}
+
+
+def _uses(kernels: Kernels, kernel: str) -> bool:
+    return kernel in [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
 
 
 @pytest.mark.parametrize("weights", list(WEIGHTS))
@@ -57,17 +70,24 @@ def test_lean_forward_equals_transformers_at_every_width(kind, weights):
     packed, kernels = WEIGHTS[weights]
     if kernels is not None and ONEDNN in (kernels.few, kernels.prefill) and not HAS_ONEDNN:
         pytest.skip("this torch build has no oneDNN linear")
-    model = _model(kind)
+    fp16_values = "fp16" in weights or "float16" in weights
+    if fp16_values and not HAS_FP16:
+        pytest.skip("no FBGEMM float16 kernel in this torch build or on this CPU")
+    model = _model(kind, fp16_values)
     lean = make_lean(model, pack_max_bytes=2**30 if packed else 0, kernels=kernels)
     assert lean.packed == packed
     # packed Llama-family weights in float32 carry their RMSNorm weights (LeanLlama.folded)
     assert getattr(lean, "folded", False) == (packed and not kind.startswith("bigcode"))
     if kernels is not None:
         assert [getattr(lean.kernels, n) for n, _, _ in ROW_CLASSES] == [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
-        uses_onednn = ONEDNN in [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
-        assert all((m.weight_onednn is not None) == uses_onednn for m in lean.linears())
+        assert all((m.weight_onednn is not None) == _uses(kernels, ONEDNN) for m in lean.linears())
     elif packed:   # measured: every class has one of its candidates, and the note says what was timed
         assert lean.kernels.verify in MEASURED["verify"] and "verify " in lean.kernels.note
+        # FP16 is timed only where the weights are float16 values
+        assert (f", {FP16} " in lean.kernels.note) == fp16_values
+    # FBGEMM's copies exist where a class takes FP16; the unscaled sources they came from are gone
+    assert all((m.weight_fp16 is not None) == _uses(lean.kernels, FP16) and m.fp16_source is None
+               for m in lean.linears())
     fwd = LeanForward(lean, torch.float32, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (420,), generator=gen).tolist()
@@ -153,8 +173,28 @@ def test_a_second_model_of_the_same_shapes_takes_the_same_kernels():
     """Measured once per process and shape: two engines of one model compute alike."""
     first, second = make_lean(_model("qwen2")), make_lean(_model("qwen2"))
     assert first.kernels == second.kernels and first.kernels is not second.kernels
-    uses_onednn = ONEDNN in [getattr(first.kernels, n) for n, _, _ in ROW_CLASSES]
-    assert all((m.weight_onednn is not None) == uses_onednn for m in second.linears())
+    assert all((m.weight_onednn is not None) == _uses(first.kernels, ONEDNN) for m in second.linears())
+
+
+@pytest.mark.skipif(not HAS_FP16, reason="no FBGEMM float16 kernel in this torch build or on this CPU")
+def test_the_fp16_kernel_runs_only_on_weights_that_are_float16_values():
+    """FP16 copies the weights to float16: exact only where they are float16 values already. A
+    model of the same shapes whose weights are not measures its own kernels (never FP16), and
+    naming FP16 for it by hand is a clear error, not a rounded copy."""
+    exact = make_lean(_model("qwen2", fp16_values=True))
+    plain_model = _model("qwen2")
+    assert all(fp16_exact(p) for p in exact.model.parameters())
+    assert not all(fp16_exact(p) for p in plain_model.parameters())
+    plain = make_lean(plain_model)
+    assert not _uses(plain.kernels, FP16) and FP16 not in plain.kernels.note
+    assert all(m.weight_fp16 is None for m in plain.linears())
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        got = LeanForward(plain, torch.float32, torch.device("cpu"))(ids, n_logits=len(ids))
+    torch.testing.assert_close(got, _reference(plain_model, ids), atol=1e-4, rtol=1e-4)
+    by_hand = make_lean(_model("qwen2"), kernels=Kernels())
+    with pytest.raises(ValueError, match="float16 values"):
+        use_kernels(by_hand, Kernels(FP16, ROWS, ROWS, ROWS))
 
 
 def test_the_engine_reports_each_models_kernels():

@@ -418,18 +418,24 @@ class DraftController:
             begin = (0.0 if model_ready else self.model.begin_ms) + (
                 self.model_first(model_behind + 1) - step if self.model_first.seen else 0.0)
             m_sums, m_chains = _cumulative(self.model, max_k)
-            best_k, best_rate = 0, 0.0
-            for k in range(1, max_k + 1):
-                rate = (1 + m_sums[k]) / (begin + k * step + verify[k + 1])
-                if best_k == 0 or rate > best_rate:
-                    best_k, best_rate = k, rate
-            best_model = Plan("model", best_k, best_rate)
-            if best_model.expected_rate > best.expected_rate:
-                best = best_model
-            if tree_ok and lookup_k:
-                tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), verify, begin)
-                if tree.expected_rate > best.expected_rate:
-                    best = tree
+            # Any model round, alone or in a tree with lookup's chain, yields at most both chains
+            # whole and costs at least its begin, one step and a pass of two tokens: where even
+            # that loses to the best so far and no probe is due, no k can win (at end of line,
+            # where the model has not begun, this skips most of the plan's work).
+            bound = (1 + l_sums[-1] + m_sums[-1]) / (begin + step + verify[2])
+            if bound > best.expected_rate or self.since_model >= self.probe_every["model"]:
+                best_k, best_rate = 0, 0.0
+                for k in range(1, max_k + 1):
+                    rate = (1 + m_sums[k]) / (begin + k * step + verify[k + 1])
+                    if best_k == 0 or rate > best_rate:
+                        best_k, best_rate = k, rate
+                best_model = Plan("model", best_k, best_rate)
+                if best_model.expected_rate > best.expected_rate:
+                    best = best_model
+                if tree_ok and lookup_k:
+                    tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), verify, begin)
+                    if tree.expected_rate > best.expected_rate:
+                        best = tree
         # Now and then a drafter that loses is measured again, so the estimates follow the text.
         if best.drafter == "none" and best_lookup is not None and self.since_lookup >= self.probe_every["lookup"]:
             best = replace(best_lookup, probe=True)

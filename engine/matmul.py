@@ -318,8 +318,10 @@ def choose_kernels(lean, reps: int | None = None) -> Kernels:
     every class) and keep the fastest of each (ROWS unless another wins by MIN_GAIN). oneDNN is
     a candidate for float32 weights where the torch build has its kernel and it gives the same
     products; numpy's BLAS for float32 weights on the CPU where torch runs on one thread
-    (_openblas_ready). The shipped target: 1.3-1.4 s on the AVX2 EPYC with all four kernels (1.0 s
-    with 5 rounds in every class; a throwaway timing, 2026-12-05), once per process."""
+    (_openblas_ready); FBGEMM's float16 product where the weights are float16 values (FP16). The
+    shipped target: 1.3-1.4 s on the AVX2 EPYC with all four kernels (1.0 s with 5 rounds in every
+    class; a throwaway timing, 2026-12-05); on the Zen 4 VM 1.8-1.9 s with five, 1.4-1.5 s with
+    four (three processes each, 2026-12-06), once per process."""
     kernels = lean.kernels
     param = next(lean.model.parameters())
     cfg = lean.model.config

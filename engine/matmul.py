@@ -27,6 +27,7 @@ products; they differ in rounding only (allclose).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import statistics
 import time
@@ -90,6 +91,23 @@ def _fp16_ops():
     pack = getattr(torch, "fbgemm_pack_gemm_matrix_fp16", None)
     linear = getattr(torch, "fbgemm_linear_fp16_weight_fp32_activation", None)
     return None if pack is None or linear is None else (pack, linear)
+
+
+@functools.cache
+def fp16_available() -> bool:
+    """Whether FBGEMM's float16 product runs here: the ops in this torch build, and a CPU FBGEMM
+    supports (x86 with AVX2; elsewhere the ops raise)."""
+    ops = _fp16_ops()
+    if ops is None:
+        return False
+    try:
+        with warnings.catch_warnings():   # torch warns once a process that it deprecates them
+            warnings.simplefilter("ignore")
+            ops[1](torch.zeros(1, 8), ops[0](torch.zeros(8, 8)), torch.zeros(8))
+    except Exception as exc:   # whatever a deprecated op raises where it cannot run: not here
+        log.debug("FBGEMM's float16 kernel is not available: %s", exc)
+        return False
+    return True
 
 
 def fp16_exact(weight: torch.Tensor) -> bool:
@@ -271,7 +289,7 @@ def _fp16_agrees(linear: Linear) -> bool:
     """Whether FBGEMM's float16 kernel gives this map's products (its weight must be float16
     values, and the op there and working on this CPU). The copy is made here, and dropped by
     use_kernels where FP16 is not chosen."""
-    if linear.fp16_source is None or _fp16_ops() is None:
+    if linear.fp16_source is None or not fp16_available():
         return False
     h = torch.randn(16, linear.weight.shape[1], generator=torch.Generator().manual_seed(0),
                     dtype=linear.weight.dtype)

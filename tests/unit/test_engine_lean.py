@@ -9,8 +9,8 @@ from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import Engine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, TreeLayout, _Positions, long_tensor, make_lean
-from engine.matmul import (FP16, ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _fp16_ops, _onednn_ops,
-                           _openblas_ready, choose_kernels, fp16_exact, use_kernels)
+from engine.matmul import (FP16, ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops,
+                           _openblas_ready, choose_kernels, fp16_available, fp16_exact, use_kernels)
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
@@ -44,7 +44,7 @@ HAS_ONEDNN = _onednn_ops() is not None
 # numpy's BLAS is a candidate where torch runs on one thread (the tests' conftest sets one)
 HAS_OPENBLAS = _openblas_ready(torch.zeros(1))
 # FBGEMM's float16-weight product: in this torch build, on a CPU it supports (x86 with AVX2)
-HAS_FP16 = _fp16_ops() is not None and "fbgemm" in torch.backends.quantized.supported_engines
+HAS_FP16 = fp16_available()
 MEASURED = {"verify": (ROWS, TRANSPOSED, ONEDNN, OPENBLAS, FP16)}   # what a measured class may take
 OTHER_CLASSES = (ROWS, ONEDNN, OPENBLAS, FP16)
 # packed weights with every kernel at every row count, one of each, the measured ones; or the model's own

@@ -210,12 +210,10 @@ class Linear:
         if self.fp16_source is None:
             raise ValueError("the fp16 kernel needs weights that are float16 values (fp16_exact), "
                              "packed before use_kernels drops their source")
-        pack, linear = _fp16_ops()
-        # torch warns once a process, at each op's first call, that it deprecates them: made here
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.weight_fp16 = pack(self.fp16_source)
-            linear(self.fp16_source.new_zeros(1, self.fp16_source.shape[1]), self.weight_fp16, self.bias_fp16)
+        # (its probe also makes both ops' first calls, where torch warns once that it deprecates them)
+        if not fp16_available():
+            raise ValueError("the fp16 kernel does not run here (FBGEMM needs x86 with AVX2)")
+        self.weight_fp16 = _fp16_ops()[0](self.fp16_source)
         self.fp16_source = None
 
     def _fp16(self, h: torch.Tensor) -> torch.Tensor:

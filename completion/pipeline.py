@@ -242,6 +242,23 @@ class CompletionPipeline:
         with self._lock:
             self.extra.note_text(uri, text, source)
 
+    def warm_lookup(self, texts: list[str], stop=lambda: False) -> int:
+        """Tokenize documents' blocks for prompt lookup before the requests that read them
+        (documents just opened, newest first, while no request waits: Engine.warm_lookup, until
+        `stop()`). The tokens tokenized; 0 for a remote engine or without lookup. Text no request
+        would read (binary, too large) is left out."""
+        from engine.lookup import LookupText
+
+        if isinstance(self.engine, RemoteEngine):
+            return 0
+        read = []
+        for text in texts:
+            try:
+                read.append(LookupText(parse_document(text, 0, 0).lines))
+            except ValueError:
+                continue
+        return self.engine.warm_lookup(read, stop) if read else 0
+
     def forget_document(self, uri: str) -> None:
         with self._lock:
             self.extra.forget(uri)

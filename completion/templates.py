@@ -93,6 +93,11 @@ class FimTemplate:
     file_sep_id: int | None = None
     _dummy_prefix: bool = field(default=False, repr=False)
     _warned: set = field(default_factory=set, repr=False)
+    # the tokenizer's Rust tokenizer, encoding text as text (engine.vocab.plain_tokenizer): the
+    # same ids as `tokenizer.encode(..., split_special_tokens=True)` without transformers' Python
+    # around each call (a prompt's window counts its lines one by one); None: that encode
+    _plain: object = field(default=None, repr=False)
+    _marker: list[int] | None = field(default=None, repr=False)   # encode("\n"), for encode_infill
 
     @property
     def default_layout(self) -> str:
@@ -113,13 +118,17 @@ class FimTemplate:
         """Text as the tokenizer encodes it (dummy-prefix space included if it adds one)."""
         if not text:
             return []
+        if self._plain is not None:
+            return self._plain.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
     def encode_infill(self, text: str) -> list[int]:
         """Text without the SentencePiece dummy-prefix space (for segments mid-sequence)."""
         if not text or not self._dummy_prefix:
             return self.encode(text)
-        marker = self.encode("\n")
+        if self._marker is None:
+            self._marker = self.encode("\n")
+        marker = self._marker
         ids = self.encode("\n" + text)
         if ids[:len(marker)] == marker:
             return ids[len(marker):]
@@ -198,6 +207,8 @@ def _has_dummy_prefix(tokenizer) -> bool:
 
 def load_template(tokenizer, setting: str = "auto") -> FimTemplate:
     """Template for one tokenizer: detected (`auto`) or named; prefix-only without FIM tokens."""
+    from engine.vocab import plain_tokenizer   # here: the engine package imports torch (not at CLI start)
+
     if setting not in ("auto", *FAMILIES):
         raise ValueError(f"unknown fim_template {setting!r}; expected auto or one of {', '.join(FAMILIES)}")
     family = detect_family(tokenizer) if setting == "auto" else setting
@@ -223,6 +234,7 @@ def load_template(tokenizer, setting: str = "auto") -> FimTemplate:
         family=family, tokenizer=tokenizer, prefix_id=pre, suffix_id=suf, middle_id=mid, bos_id=bos,
         stop_ids=tuple(dict.fromkeys(stops)), layouts=spec.layouts,
         repo_name_id=repo_id, file_sep_id=sep_id, _dummy_prefix=_has_dummy_prefix(tokenizer),
+        _plain=plain_tokenizer(tokenizer),
     )
 
 

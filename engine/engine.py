@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import datastore
 from .drafters import ModelDrafter, TextDrafter
@@ -49,7 +49,8 @@ class Engine:
         uses_lookup = config.draft == "ngram" or (config.draft != "none" and config.lookup)
         self.datastore = load_datastore(config, self.target) if uses_lookup else None
         lookup = NgramDrafter(special_ids=vocab.special_ids,
-                              index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix),
+                              index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix,
+                                               encode_many=vocab.encode_texts),
                               datastore=self.datastore)
         if config.draft == "none":
             self.drafters = Drafters()
@@ -85,6 +86,14 @@ class Engine:
     def lookup_stats(self) -> dict | None:
         """The latest generate's prompt lookup (NgramDrafter.summary); None without lookup."""
         return self.drafters.lookup.summary() if self.drafters.lookup is not None else None
+
+    def warm_lookup(self, texts: Sequence[LookupText], stop: Callable[[], bool] = lambda: False) -> int:
+        """Tokenize the blocks prompt lookup will read in `texts` ahead of the requests that read
+        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup."""
+        lookup = self.drafters.lookup
+        if lookup is None or lookup.index is None:
+            return 0
+        return lookup.index.warm(texts, stop=stop)
 
     def clear_caches(self) -> None:
         self.pool.clear()

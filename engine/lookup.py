@@ -20,7 +20,7 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .control import DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE
 from .datastore import MAX_MATCH as STORE_MAX_MATCH, Datastore
@@ -51,6 +51,19 @@ MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least re
 # lines into blocks took 0.75 ms a request, comparing them with the last request's 0.08 ms (a
 # throwaway timing); `python -m bench.lookup_cost` times the whole read ("documents read").
 MAX_KEPT_CUTS = 16
+# Blocks not cached go to the tokenizer this many at a time, in reading order: the first block a
+# request misses and the next ones it will read. One call for many texts skips the per-call
+# overhead and, where the tokenizers release has it, the character offsets: on the real held-out
+# files of bench.end_of_line, with the tokenizer on one thread, their blocks were tokenized
+# 1.4-1.5x faster and a file's first read (tokenizing and indexing) took 1.2-1.35x less time
+# (throwaway timings, 2026-12-06).
+TOKENIZE_BATCH = 16
+# Fewer characters a token than code takes (the shipped target: 3.3-3.5 in the files above), so
+# a batch guessed to fit a request's tokenizing budget seldom runs past it.
+CHARS_PER_TOKEN_LOW = 3
+# Blocks a tokenizer call when indexing ahead of requests (BlockIndex.warm): a request that
+# arrives meanwhile waits for one such call (~0.3 ms here) before its own work starts.
+WARM_BATCH = 4
 
 
 @dataclass(frozen=True)
@@ -111,6 +124,7 @@ def _last_ends(ids: list[int], n: int) -> dict[int, int]:
 class IndexStats:
     blocks_tokenized: int = 0       # blocks tokenized and indexed (cache misses)
     tokens_tokenized: int = 0
+    tokens_warmed: int = 0          # of those, tokenized ahead of requests (`warm`)
     last_ms: float = 0.0            # building the latest request's corpus
 
 
@@ -118,8 +132,11 @@ class BlockIndex:
     """Block text -> Block, least recently used dropped past `max_cached_tokens`. `encode` is
     the target's tokenizer on plain text."""
 
-    def __init__(self, encode, dummy_prefix: bool = False, max_cached_tokens: int = MAX_CACHED_TOKENS):
+    def __init__(self, encode, dummy_prefix: bool = False, max_cached_tokens: int = MAX_CACHED_TOKENS,
+                 encode_many=None):
         self._encode = encode
+        # several texts in one call (TokenVocab.encode_texts; TOKENIZE_BATCH)
+        self._encode_many = encode_many or (lambda texts: [encode(t) for t in texts])
         self._marker = encode("\n") if dummy_prefix else None
         self.max_cached_tokens = max_cached_tokens
         self._blocks: OrderedDict[str, Block] = OrderedDict()
@@ -156,23 +173,66 @@ class BlockIndex:
         n = len(self._marker)
         return ids[n:] if ids[:n] == self._marker else self._encode(text)
 
-    def block(self, text: str, build: bool = True) -> Block | None:
-        """The block of `text`, tokenized and indexed now if it is not cached and `build`."""
+    def encode_blocks(self, texts: list[str]) -> list[list[int]]:
+        """encode_block of each of `texts`, in one call to the tokenizer."""
+        if self._marker is None:
+            return self._encode_many(texts)
+        n = len(self._marker)
+        return [ids[n:] if ids[:n] == self._marker else self._encode(text)
+                for ids, text in zip(self._encode_many(["\n" + t for t in texts]), texts)]
+
+    def block(self, text: str, build: bool = True, then: Sequence[str] = (), room: int = 0) -> Block | None:
+        """The block of `text`, tokenized and indexed now if it is not cached and `build`;
+        then, in the same tokenizer call, up to TOKENIZE_BATCH - 1 more of the blocks `then`
+        (the ones read next) that are not cached either, while their characters, at
+        CHARS_PER_TOKEN_LOW a token, leave `room` tokens."""
         found = self._blocks.get(text)
         if found is not None:
             self._blocks.move_to_end(text)
             return found
         if not build:
             return None
-        found = self._blocks[text] = Block(self.encode_block(text))
-        n = len(found.ids)
+        batch = [text]
+        room -= len(text) // CHARS_PER_TOKEN_LOW
+        for t in then:
+            if len(batch) == TOKENIZE_BATCH or room <= len(t) // CHARS_PER_TOKEN_LOW:
+                break
+            if t not in self._blocks and "\x00" not in t and t not in batch:
+                batch.append(t)
+                room -= len(t) // CHARS_PER_TOKEN_LOW
+        for t, ids in zip(reversed(batch), reversed(self.encode_blocks(batch))):   # `text` last: newest
+            self._add(t, Block(ids))
+        return self._blocks[text]
+
+    def warm(self, texts: Sequence[LookupText], max_tokens: int = MAX_REQUEST_TOKENS,
+             stop: Callable[[], bool] = lambda: False) -> int:
+        """Tokenize and index the blocks of `texts` that are not cached, in the order a request
+        reads them, before any request asks (a document just opened, while no request waits):
+        WARM_BATCH blocks a tokenizer call, until `stop()` (asked before each call) is true or
+        max_tokens are tokenized. Returns the tokens tokenized."""
+        segments = _segments(texts, self.cut)
+        todo = [t for t in dict.fromkeys(segments[s].texts[i] for s, i in _reading_order(segments))
+                if t not in self._blocks and "\x00" not in t]
+        done = 0
+        for a in range(0, len(todo), WARM_BATCH):
+            if done >= max_tokens or stop():
+                break
+            batch = [t for t in todo[a:a + WARM_BATCH] if t not in self._blocks]
+            for text, ids in zip(batch, self.encode_blocks(batch)):
+                self._add(text, Block(ids))
+                done += len(ids)
+        self.stats.tokens_warmed += done
+        return done
+
+    def _add(self, text: str, block: Block) -> None:
+        self._blocks[text] = block
+        n = len(block.ids)
         self.stats.blocks_tokenized += 1
         self.stats.tokens_tokenized += n
         self.cached_tokens += n
         while self.cached_tokens > self.max_cached_tokens and len(self._blocks) > 1:
             _, old = self._blocks.popitem(last=False)
             self.cached_tokens -= len(old.ids)
-        return found
 
     def corpus(self, texts: Sequence[LookupText], max_tokens: int = MAX_REQUEST_TOKENS,
                max_new_tokens: int = MAX_NEW_TOKENS) -> "Corpus":
@@ -245,18 +305,22 @@ class Corpus:
     tokens: int = 0
     ends: list[dict] = field(default_factory=list)            # each block's table, for the lookup loop
     complete: bool = True     # no block was left out for the request's tokenizing budget
+    tokenized: int = 0        # tokens tokenized to read it: its blocks not cached (and any batched with them)
 
     @classmethod
     def of(cls, index: BlockIndex, segments: list[Segment], max_tokens: int, max_new_tokens: int) -> "Corpus":
         """Blocks in reading order, from the cache or tokenized now, until `max_tokens`."""
         corpus, placed, new0 = cls(), {}, index.stats.tokens_tokenized
-        for s, i in _reading_order(segments):
+        order = _reading_order(segments)
+        texts = [segments[s].texts[i] for s, i in order]
+        for n, (s, i) in enumerate(order):
             if corpus.tokens >= max_tokens:
                 break
-            text = segments[s].texts[i]
+            text = texts[n]
             if "\x00" in text:
                 continue
-            block = index.block(text, build=index.stats.tokens_tokenized - new0 < max_new_tokens)
+            room = max_new_tokens - (index.stats.tokens_tokenized - new0)
+            block = index.block(text, build=room > 0, then=texts[n + 1:n + 4 * TOKENIZE_BATCH], room=room)
             if block is None:
                 corpus.complete = False
                 continue
@@ -265,6 +329,7 @@ class Corpus:
             corpus.sources.append(segments[s].source)
             corpus.tokens += len(block.ids)
         corpus.ends = [b.ends for b in corpus.blocks]
+        corpus.tokenized = index.stats.tokens_tokenized - new0
         corpus.next_in_text = [-1] * len(corpus.blocks)
         for (s, i), at in placed.items():
             corpus.next_in_text[at] = placed.get((s, i + 1), -1)
@@ -398,14 +463,17 @@ class NgramDrafter:
 
     def summary(self) -> dict:
         """The latest request's lookup: proposals, tokens proposed and tokens the target wrote
-        too, by where they were found; the blocks and tokens it read beyond the prompt and the
-        time that took; blocks tokenized since the start (cache misses)."""
+        too, by where they were found; the blocks and tokens it read beyond the prompt, the
+        tokens it had to tokenize for that and the time it took; blocks tokenized since the start
+        (cache misses) and tokens tokenized ahead of requests (`BlockIndex.warm`)."""
         out = self.stats.as_dict()
         if self.index is not None:
             s = self.index.stats
             out.update(blocks=len(self.corpus.blocks), block_tokens=self.corpus.tokens,
+                       read_tokenized=self.corpus.tokenized,
                        read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
-                       blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens)
+                       blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens,
+                       warmed_tokens=s.tokens_warmed)
         return out
 
     def remember(self, completion: list[int]) -> None:

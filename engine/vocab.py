@@ -85,6 +85,12 @@ class TokenVocab:
             return self._backend.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False)
 
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        """encode_text of each of `texts`, in one call to the tokenizer where it has a batch
+        call without character offsets (nobody here reads them)."""
+        return encode_plain_batch(self._backend, texts) if self._backend is not None \
+            else [self.encode_text(t) for t in texts]
+
     def longest_match(self, data: bytes) -> list[int]:
         """Greedy longest-prefix tokenization of raw bytes (used for short leftover pieces)."""
         ids, i = [], 0
@@ -212,6 +218,29 @@ def decode_bytes(data: bytes) -> str:
     return data[:_complete_utf8_len(data)].decode("utf-8", errors="replace")
 
 
+def plain_tokenizer(tokenizer):
+    """A copy of `tokenizer`'s Rust tokenizer that encodes text as text (special-token strings in
+    it stay text, as `split_special_tokens=True` makes transformers' encode do), with no
+    truncation nor padding; None for a tokenizer without one. Encoding with it directly skips
+    transformers' per-call Python, and its own copy leaves the shared tokenizer's flags alone."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    from tokenizers import Tokenizer
+    plain = Tokenizer.from_str(backend.to_str())
+    plain.encode_special_tokens = True  # sentinel text in user code is just text
+    plain.no_truncation()
+    plain.no_padding()
+    return plain
+
+
+def encode_plain_batch(plain, texts: list[str]) -> list[list[int]]:
+    """Ids of each text by a `plain_tokenizer`: one call, without the character offsets where
+    the tokenizers release has that call (the same ids)."""
+    encode = getattr(plain, "encode_batch_fast", None) or plain.encode_batch
+    return [e.ids for e in encode(list(texts), add_special_tokens=False)]
+
+
 def build_vocab(tokenizer) -> TokenVocab:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     spec = json.loads(backend.to_str()) if backend is not None else {}
@@ -245,13 +274,7 @@ def build_vocab(tokenizer) -> TokenVocab:
     for i, b in enumerate(table):   # a byte-fallback piece only where no ordinary piece has the bytes
         if b and i not in special and (b not in bytes_to_id or (i in byte_pieces, i) < (bytes_to_id[b] in byte_pieces, bytes_to_id[b])):
             bytes_to_id[b] = i
-    plain = None
-    if backend is not None:
-        from tokenizers import Tokenizer
-        plain = Tokenizer.from_str(backend.to_str())
-        plain.encode_special_tokens = True  # sentinel text in user code is just text
-        plain.no_truncation()
-        plain.no_padding()
+    plain = plain_tokenizer(tokenizer)
     vocab = TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
                        bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
                        _backend=plain, byte_pieces=byte_pieces,

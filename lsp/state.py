@@ -32,6 +32,8 @@ class ServerStats:
     decode_jobs: int = 0          # pipeline calls that ran on the worker
     skipped_jobs: int = 0         # queued jobs dropped before starting (already cancelled)
     stopped_jobs: int = 0         # jobs that were running when their request was cancelled
+    # opened documents' tokens tokenized for prompt lookup ahead of requests (documents.warm_lookup)
+    lookup_warmed_tokens: int = 0
     loads: int = 0
     load_failures: int = 0
     last_load_ms: float = 0.0

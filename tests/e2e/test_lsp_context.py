@@ -5,12 +5,14 @@ text the user yanked (specfill/yanked), and puts them in the prompt of a request
 document; `specfill.lastCompletion` lists the chunks the prompt held."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import pytest_asyncio
 from lsprotocol import types
 
 from lsp import commands
-from tests.e2e.lsp_helpers import change_doc, inline, open_doc, reset, tiny_options, tiny_server, wait_until
+from tests.e2e.lsp_helpers import change_doc, inline, open_doc, reset, stats, tiny_options, tiny_server, wait_until
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -102,3 +104,26 @@ async def test_malformed_context_reports_are_one_log_line(client):
     assert all(m.type == types.MessageType.Warning and "\n" not in m.message for m in warnings())
     assert any("ignored specfill/visited: params need position.line >= 0" in m.message for m in warnings())
     await prompt_context(client, MAIN_URI, 5, 4)    # the server goes on answering
+
+
+async def test_an_opened_document_is_read_for_prompt_lookup_before_its_first_request(client):
+    """Opening a document tokenizes its blocks for prompt lookup on the idle worker
+    (lsp/documents.py warm_lookup): the first request in it reads the whole document beyond its
+    prompt but tokenizes only the blocks at its cursor."""
+    uri = "file:///work/app/opened.py"
+    text = "".join(f"def opened_{i}(x, y):\n" + "".join(f"    x = x * {j} + y  # step {i}.{j}\n"
+                                                         for j in range(i % 5 + 1)) + "\n" for i in range(300))
+    warmed = (await stats(client))["server"]["lookup_warmed_tokens"]
+    open_doc(client, uri, text)
+    for _ in range(500):     # the worker's job is done when the count moves (10 s at most)
+        now = (await stats(client))["server"]["lookup_warmed_tokens"]
+        if now > warmed:
+            break
+        await asyncio.sleep(0.02)
+    assert now - warmed > 5000
+    lines = text.split("\n")
+    line = 700 if lines[700] else 701
+    await inline(client, uri, line, len(lines[line]))
+    run = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=commands.LAST_COMPLETION))
+    lookup = run["lookup"]
+    assert lookup["block_tokens"] > 5000 and lookup["read_tokenized"] < 0.05 * lookup["block_tokens"], lookup

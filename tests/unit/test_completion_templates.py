@@ -1,6 +1,7 @@
 """FIM templates against the exact prompts each family's real tokenizer expects."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -189,3 +190,20 @@ def test_extra_context_without_file_separators_goes_before_the_prefix():
     # the suffix part (head of an SPM prompt) is untouched by extra context
     head = plain.index(tok.convert_tokens_to_ids("▁<MID>")) + 1
     assert with_extra[:head] == plain[:head]
+
+
+@pytest.mark.parametrize("family", ["starcoder", "qwen", "deepseek", "codegemma", "codellama", "codestral", "plain"])
+def test_encoding_with_the_plain_rust_tokenizer_gives_transformers_ids(family):
+    """The template encodes with its own copy of the Rust tokenizer (no transformers Python per
+    call): the ids are exactly `tokenizer.encode(..., split_special_tokens=True)`'s, sentinel
+    strings, CRLF, tabs and non-ASCII text included, and the dummy-prefix strip is the same."""
+    tok = tok_for(family)
+    t = load_template(tok)
+    assert t._plain is not None
+    texts = ["", "x", " x", "\n", "\r\n", "\tdef f():\n\treturn '你好 🎉'\n", "a <fim_prefix> b </s> <PRE>",
+             "<|endoftext|>", "[PREFIX]x[SUFFIX]", "    total = value * scale  \n\n"]
+    slow = dataclasses.replace(t, _plain=None, _marker=None)
+    for text in texts:
+        want = tok.encode(text, add_special_tokens=False, split_special_tokens=True) if text else []
+        assert t.encode(text) == want, (family, text)
+        assert t.encode_infill(text) == slow.encode_infill(text), (family, text)

@@ -104,6 +104,53 @@ def test_a_keystroke_retokenizes_only_the_block_it_touched(vocab):
     assert len(enc.texts) == 1 and "factor" in enc.texts[0]
 
 
+def blocks_of(corpus) -> list[list[int]]:
+    return [list(b.ids) for b in corpus.blocks]
+
+
+@pytest.mark.parametrize("dummy_prefix", [False, True])
+def test_blocks_tokenized_together_are_the_blocks_tokenized_one_by_one(vocab, dummy_prefix):
+    """Blocks a request misses go to the tokenizer several at a time (TOKENIZE_BATCH): the
+    corpus is the one a call per block gives, for a tokenizer with a dummy prefix too."""
+    v = build_vocab(llama_style_tokenizer("codellama")) if dummy_prefix else vocab
+    lines = code_lines(600) + ["x = 'café 你好 🎉'", "\tif x:\r", "", *code_lines(200, "tail")]
+    cursor = (400, 3)
+    one = BlockIndex(v.encode_text, dummy_prefix=dummy_prefix)
+    many = BlockIndex(v.encode_text, dummy_prefix=dummy_prefix, encode_many=v.encode_texts)
+    calls = []
+    many._encode_many = lambda texts: calls.append(len(texts)) or v.encode_texts(texts)
+    want = one.corpus([LookupText(lines, cursor)])
+    got = many.corpus([LookupText(lines, cursor)])
+    assert blocks_of(got) == blocks_of(want) and got.sources == want.sources
+    assert len(want.blocks) > 20 and max(calls) == lk.TOKENIZE_BATCH and len(calls) < len(want.blocks) / 4
+
+
+def test_warming_a_document_leaves_its_first_request_little_to_tokenize(vocab):
+    """A document indexed ahead of requests (BlockIndex.warm: a document just opened) gives its
+    first request the corpus a cold index would read, tokenizing a few blocks at the cursor
+    instead of the whole document; warming stops when asked to, between tokenizer calls."""
+    # functions of uneven length, as in real code: the text after the cursor is cut into blocks
+    # from the cursor on, and those fall back into step with the whole document's blocks
+    lines = [ln for i in range(300) for ln in code_lines(4 + i % 5, f"f{i}")[:2 + i % 5] + [""]]
+    cursor = (700, len(lines[700]))
+    cold = BlockIndex(vocab.encode_text)
+    want = cold.corpus([LookupText(lines, cursor)], max_new_tokens=1 << 30)   # all of it, at once
+    warm = BlockIndex(vocab.encode_text)
+    assert warm.warm([LookupText(lines)]) == warm.stats.tokens_warmed > 0.9 * want.tokens
+    before = warm.stats.tokens_tokenized
+    got = warm.corpus([LookupText(lines, cursor)])
+    assert blocks_of(got) == blocks_of(want)
+    assert warm.stats.tokens_tokenized - before < 0.05 * cold.stats.tokens_tokenized
+    assert warm.warm([LookupText(lines)]) == 0          # nothing left to do
+
+    asked = []
+    stopped = BlockIndex(vocab.encode_text)
+    assert stopped.warm([LookupText(lines)], stop=lambda: asked.append(1) or len(asked) > 2) > 0
+    assert len(asked) == 3 and stopped.stats.blocks_tokenized == 2 * lk.WARM_BATCH
+    capped = BlockIndex(vocab.encode_text)
+    assert 500 <= capped.warm([LookupText(lines)], max_tokens=500) < 500 + 200 * lk.WARM_BATCH
+
+
 def test_the_lines_the_prompt_holds_are_not_read_again(vocab):
     """Given the prompt's lines, lookup reads only the document around them: a keystroke inside
     the prompt's window tokenizes nothing for lookup, and code above the window is still found."""

@@ -17,6 +17,10 @@ both commits choose between the text's match and the store's alike (since the se
 A request's first search also reads the documents beyond the prompt (`BlockIndex.corpus`):
 "documents read" times that at keystrokes on one line of a long file (DOC_LINES lines of the
 same held-out source), whose blocks are already tokenized, per engine, alternating by rep.
+"first read" times a file's first request, the cursor at the end of its middle line, for each
+held-out file of 8-40 KB: with nothing tokenized yet, and ("first read, opened") after the
+server indexed the document when it was opened (`BlockIndex.warm`; an engine without it shows
+"-"), each engine tokenizing as the engine wires its index (in batches where it can).
 """
 from __future__ import annotations
 
@@ -114,6 +118,38 @@ def time_documents(pkg, lines: list[str], encode, dummy_prefix: bool) -> float:
     return total / KEYSTROKES * 1000
 
 
+def first_read_files() -> list[list[str]]:
+    """The lines of the held-out pygls files of 8-40 KB (real files, longer than a prompt)."""
+    import pygls
+    files = sorted(p for p in Path(pygls.__file__).parent.rglob("*.py") if 8_000 <= p.stat().st_size <= 40_000)
+    return [f.read_text(encoding="utf-8").split("\n") for f in files]
+
+
+def time_first_reads(pkg, docs: list[list[str]], vocab) -> dict[str, float | None]:
+    """Median ms of a document's first read at the end of its middle line: on a fresh index, and
+    on a fresh index that `warm`ed the whole document first (None where the engine has no warm)."""
+    import inspect
+    lookup = importlib.import_module(pkg.__name__ + ".lookup")
+    batched = "encode_many" in inspect.signature(lookup.BlockIndex).parameters
+    extra = {"encode_many": vocab.encode_texts} if batched else {}
+    cold, opened = [], []
+    for lines in docs:
+        mid = len(lines) // 2
+        text = [lookup.LookupText(lines, (mid, len(lines[mid])))]
+        index = lookup.BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix, **extra)
+        t0 = time.perf_counter()
+        index.corpus(text)
+        cold.append((time.perf_counter() - t0) * 1000)
+        if hasattr(lookup.BlockIndex, "warm"):
+            index = lookup.BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix, **extra)
+            index.warm([lookup.LookupText(lines)])
+            t0 = time.perf_counter()
+            index.corpus(text)
+            opened.append((time.perf_counter() - t0) * 1000)
+    return {"first read": statistics.median(cold),
+            "first read, opened": statistics.median(opened) if opened else None}
+
+
 def main(argv=None) -> int:
     ap = bench_parser(PROG, __doc__, description="What prompt lookup costs per round, this tree's engine "
                                                 "beside an older commit's.")
@@ -137,6 +173,7 @@ def main(argv=None) -> int:
     special = frozenset(target.vocab.special_ids)
     files = walks(target.vocab.encode_text, args.files, seed=0)
     doc = document_lines()
+    first_docs = first_read_files()
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = [("this tree", this_pkg)]
         if sha is not None:
@@ -158,16 +195,21 @@ def main(argv=None) -> int:
             for label, pkg in (pkgs if rep % 2 == 0 else pkgs[::-1]):
                 sums[label]["documents read"] = time_documents(pkg, doc, target.vocab.encode_text,
                                                                target.vocab.dummy_prefix)
+                sums[label].update(time_first_reads(pkg, first_docs, target.vocab))
             for label in sums:
                 for k, v in sums[label].items():
                     samples[label].setdefault(k, []).append(v)
     print(f"{len(files)} held-out files, {STEPS} positions each, a {WINDOW}-token window, {DRAFT} tokens asked; "
           f"shipped datastore; {args.reps} reps; proposals equal across engines {same}/{total}; "
-          f"documents read: {KEYSTROKES} keystrokes in a {len(doc)}-line file, {WINDOW_LINES} lines in the prompt\n")
-    names = ("propose", "sequence search", "datastore search", "documents read")
-    print(f"{'engine':<22} " + " ".join(f"{n:>17}" for n in names) + "   (ms per call, median over reps)")
+          f"documents read: {KEYSTROKES} keystrokes in a {len(doc)}-line file, {WINDOW_LINES} lines in the prompt; "
+          f"first read: {len(first_docs)} held-out files of 8-40 KB\n")
+    names = ("propose", "sequence search", "datastore search", "documents read", "first read", "first read, opened")
+
+    def cell(values) -> str:
+        return f"{'-':>18}" if None in values else f"{statistics.median(values):>18.4f}"
+    print(f"{'engine':<22} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call, median over reps)")
     for label in samples:
-        print(f"{label:<22} " + " ".join(f"{statistics.median(samples[label][n]):>17.4f}" for n in names))
+        print(f"{label:<22} " + " ".join(cell(samples[label][n]) for n in names))
     return 0
 
 

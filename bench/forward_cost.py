@@ -10,7 +10,9 @@ and the transformers forward, side by side in one run.
 Each step starts from the same cached context (the session crops back to it), so every
 figure is one call at a fixed context length. Configurations are interleaved rep by rep, so
 machine load hits them alike; figures are medians over reps. The bandwidth floor is the
-model's weight bytes over this machine's measured read bandwidth (one thread).
+model's weight bytes over this machine's measured read bandwidth (one thread). With --prefill,
+the compute floor is the prefill's arithmetic (prefill_flops) at the best rate of a large fp32
+matrix product on the same threads: where a prefill stands against what the CPU can do.
 """
 from __future__ import annotations
 
@@ -55,6 +57,31 @@ def read_bandwidth_gbs() -> float:
         a.sum()
         best = min(best, time.perf_counter() - t0)
     return a.numel() * 4 / best / 1e9
+
+
+def matmul_peak_gflops() -> float:
+    """Best of a few float32 products of two 1024 x 1024 matrices, on torch's threads: about
+    what this CPU's fp32 arithmetic does at best (a prefill's bound, where a step's is bandwidth)."""
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best = float("inf")
+    for _ in range(8):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 1024 ** 3 / best / 1e9
+
+
+def prefill_flops(model, n: int) -> tuple[float, float]:
+    """Floating-point operations of a prefill of n tokens after one cached token, logits for the
+    last: (the linear maps: every one but the output head on n rows, the head on one; causal
+    attention: scores and weighted values, 4 * heads * head_dim a key a layer, over 2..n+1 keys)."""
+    head = model.get_output_embeddings()
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    keys = sum(range(2, n + 2))
+    return 2.0 * n * linear + 2.0 * head.weight.numel(), 4.0 * heads * head_dim * keys * cfg.num_hidden_layers
 
 
 def weight_bytes(model) -> int:
@@ -198,8 +225,10 @@ def main(argv=None):
     work = tempfile.TemporaryDirectory(prefix="forward_cost_")   # the baseline's engine package
     baseline = None if args.baseline == "none" else lean_module_at(args.baseline, Path(work.name))
     gbs = read_bandwidth_gbs()
+    peak = matmul_peak_gflops() if args.prefill else None
     print(f"{cpu_name()}, torch {torch.__version__}, {args.threads} thread(s), context {args.context} tokens, "
-          f"read bandwidth {gbs:.1f} GB/s, baseline lean.py at {args.baseline}")
+          f"read bandwidth {gbs:.1f} GB/s" + (f", fp32 matmul peak {peak:.0f} GFLOP/s" if peak else "")
+          + f", baseline lean.py at {args.baseline}")
     for role, widths in (("target", WIDTHS), ("draft", (1, 2, 6))):
         m = load_model("default", role, device="cpu").model
         context = [(i * 37) % 1000 + 3 for i in range(args.context)]
@@ -220,9 +249,14 @@ def main(argv=None):
               + (f"; the baseline's: {baseline_took}" if baseline_took else ""))
         names = list(factories)
         label = "prompt" if args.prefill else "width"
-        print(f"{label:>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)")
+        floor = "   compute floor (floor / this tree's lean)" if args.prefill else ""
+        print(f"{label:>6} " + " ".join(f"{n:>18}" for n in names) + "   (ms per call)" + floor)
         for w in widths:
-            print(f"{w:>6} " + " ".join(f"{ms[(n, w)]:>18.3f}" for n in names))
+            row = f"{w:>6} " + " ".join(f"{ms[(n, w)]:>18.3f}" for n in names)
+            if args.prefill:   # the arithmetic at the matmul peak: how close a prefill is to its bound
+                least = sum(prefill_flops(m, w)) / peak / 1e6
+                row += f"   {least:>8.3f} ({least / ms[('lean (this tree)', w)]:.0%})"
+            print(row)
         if baseline is not None:
             gain = [ms[("lean (baseline)", w)] / ms[("lean (this tree)", w)] for w in widths]
             tag = "n" if args.prefill else "w"

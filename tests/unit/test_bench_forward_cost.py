@@ -31,3 +31,21 @@ def test_the_baseline_kernels_are_named():
     assert kernels_taken(Kernels("rows", "rows", "openblas", "onednn")) == \
         "one rows, few rows, verify openblas, prefill onednn"
     assert kernels_taken(None).startswith("fixed")
+
+
+@pytest.mark.parametrize("arch", ["llama", "bigcode"])
+def test_a_prefills_linear_arithmetic_is_what_torchs_flop_counter_counts(arch):
+    """The compute floor's linear part: torch's own FLOP counter over a transformers prefill (its
+    products only; the attention term is the causal count of the docstring)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bench.forward_cost import prefill_flops
+    model = tiny_model(arch, 300)
+    n = 40
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(torch.arange(3, 3 + n)[None], logits_to_keep=1)
+    products = sum(v for k, v in counter.get_flop_counts()["Global"].items() if str(k) in ("aten.mm", "aten.addmm"))
+    linear, attention = prefill_flops(model, n)
+    cfg = model.config
+    assert linear == products
+    assert attention == 4 * cfg.hidden_size * sum(range(2, n + 2)) * cfg.num_hidden_layers

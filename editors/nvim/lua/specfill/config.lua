@@ -122,8 +122,9 @@ M.defaults = {
   --   lookupDocuments = true
   --       Prompt lookup (`draftModel: ngram`, or `promptLookup`) reads the whole document and the
   --       other open documents too, not only the prompt and recent completions (their text
-  --       tokenized in blocks of lines, cached, so a keystroke re-reads one block); off only to
-  --       measure what that brings. Allowed: true or false.
+  --       tokenized in blocks of lines when a document opens, while the server is idle, and cached,
+  --       so a keystroke re-reads one block); off only to measure what that brings. Allowed: true
+  --       or false.
   --   stopWhileDecoding = true
   --       Stop decoding the moment the answer is decided (its last line is complete, a line
   --       dedents, repeats the code below or loops), so a multi-line answer costs only what is

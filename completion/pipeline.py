@@ -220,7 +220,7 @@ class CompletionPipeline:
             model = self.engine.target if which == "target" else self.engine.draft
             if model is None:
                 return None
-            t = load_template(model.tokenizer, setting)
+            t = load_template(model.tokenizer, setting, plain=model.vocab.plain)
             log.info("%s prompts: %s (layouts %s)", which, t.family, "/".join(t.layouts))
             self._templates[key] = t
         return self._templates[key]
@@ -242,14 +242,16 @@ class CompletionPipeline:
         with self._lock:
             self.extra.note_text(uri, text, source)
 
-    def warm_lookup(self, texts: list[str], stop=lambda: False) -> int:
+    def warm_lookup(self, texts: list[str], options: CompletionOptions | None = None, stop=lambda: False) -> int:
         """Tokenize documents' blocks for prompt lookup before the requests that read them
         (documents just opened, newest first, while no request waits: Engine.warm_lookup, until
-        `stop()`). The tokens tokenized; 0 for a remote engine or without lookup. Text no request
-        would read (binary, too large) is left out."""
+        `stop()`). The tokens tokenized; 0 for a remote engine, without lookup, or where requests
+        with `options` would not read the documents. Text no request would read (binary, too
+        large) is left out."""
         from engine.lookup import LookupText
 
-        if isinstance(self.engine, RemoteEngine):
+        options = options or CompletionOptions()
+        if isinstance(self.engine, RemoteEngine) or not options.lookup_documents:
             return 0
         read = []
         for text in texts:
@@ -257,7 +259,8 @@ class CompletionPipeline:
                 read.append(LookupText(parse_document(text, 0, 0).lines))
             except ValueError:
                 continue
-        return self.engine.warm_lookup(read, stop) if read else 0
+        settings = GenerationSettings(draft_length=options.draft_length, draft_control=options.draft_control)
+        return self.engine.warm_lookup(read, settings, stop) if read else 0
 
     def forget_document(self, uri: str) -> None:
         with self._lock:

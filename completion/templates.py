@@ -205,8 +205,10 @@ def _has_dummy_prefix(tokenizer) -> bool:
     return bool(pieces) and pieces[0] in ("▁", "▁a")
 
 
-def load_template(tokenizer, setting: str = "auto") -> FimTemplate:
-    """Template for one tokenizer: detected (`auto`) or named; prefix-only without FIM tokens."""
+def load_template(tokenizer, setting: str = "auto", plain=None) -> FimTemplate:
+    """Template for one tokenizer: detected (`auto`) or named; prefix-only without FIM tokens.
+    `plain`: the tokenizer's `engine.vocab.plain_tokenizer` where one is made already (a loaded
+    model's vocab has it); else one is made here."""
     from engine.vocab import plain_tokenizer   # here: the engine package imports torch (not at CLI start)
 
     if setting not in ("auto", *FAMILIES):
@@ -234,7 +236,7 @@ def load_template(tokenizer, setting: str = "auto") -> FimTemplate:
         family=family, tokenizer=tokenizer, prefix_id=pre, suffix_id=suf, middle_id=mid, bos_id=bos,
         stop_ids=tuple(dict.fromkeys(stops)), layouts=spec.layouts,
         repo_name_id=repo_id, file_sep_id=sep_id, _dummy_prefix=_has_dummy_prefix(tokenizer),
-        _plain=plain_tokenizer(tokenizer),
+        _plain=plain if plain is not None else plain_tokenizer(tokenizer),
     )
 
 

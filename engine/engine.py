@@ -87,11 +87,13 @@ class Engine:
         """The latest generate's prompt lookup (NgramDrafter.summary); None without lookup."""
         return self.drafters.lookup.summary() if self.drafters.lookup is not None else None
 
-    def warm_lookup(self, texts: Sequence[LookupText], stop: Callable[[], bool] = lambda: False) -> int:
+    def warm_lookup(self, texts: Sequence[LookupText], settings: GenerationSettings | None = None,
+                    stop: Callable[[], bool] = lambda: False) -> int:
         """Tokenize the blocks prompt lookup will read in `texts` ahead of the requests that read
-        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup."""
+        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup or where
+        requests with `settings` would not use it."""
         lookup = self.drafters.lookup
-        if lookup is None or lookup.index is None:
+        if lookup is None or lookup.index is None or (settings is not None and not self._lookup_used(settings)):
             return 0
         return lookup.index.warm(texts, stop=stop)
 

@@ -58,8 +58,9 @@ MAX_KEPT_CUTS = 16
 # 1.4-1.5x faster and a file's first read (tokenizing and indexing) took 1.2-1.35x less time
 # (throwaway timings, 2026-12-06).
 TOKENIZE_BATCH = 16
-# Fewer characters a token than code takes (the shipped target: 3.3-3.5 in the files above), so
-# a batch guessed to fit a request's tokenizing budget seldom runs past it.
+# Fewer bytes a token than code takes (the shipped target: 3.3-3.5 in the files above), so a
+# batch guessed to fit a request's tokenizing budget seldom tokenizes much past it (what is past
+# it is dropped, not indexed: the request reads the blocks it read one by one).
 CHARS_PER_TOKEN_LOW = 3
 # Blocks a tokenizer call when indexing ahead of requests (BlockIndex.warm): a request that
 # arrives meanwhile waits for one such call (~0.3 ms here) before its own work starts.
@@ -126,6 +127,7 @@ class IndexStats:
     tokens_tokenized: int = 0
     tokens_warmed: int = 0          # of those, tokenized ahead of requests (`warm`)
     last_ms: float = 0.0            # building the latest request's corpus
+    last_tokenized: int = 0         # tokens tokenized for it (0 where the last corpus was reused)
 
 
 class BlockIndex:
@@ -181,28 +183,36 @@ class BlockIndex:
         return [ids[n:] if ids[:n] == self._marker else self._encode(text)
                 for ids, text in zip(self._encode_many(["\n" + t for t in texts]), texts)]
 
-    def block(self, text: str, build: bool = True, then: Sequence[str] = (), room: int = 0) -> Block | None:
-        """The block of `text`, tokenized and indexed now if it is not cached and `build`;
-        then, in the same tokenizer call, up to TOKENIZE_BATCH - 1 more of the blocks `then`
-        (the ones read next) that are not cached either, while their characters, at
-        CHARS_PER_TOKEN_LOW a token, leave `room` tokens."""
+    def block(self, text: str) -> Block | None:
+        """The cached block of `text` (now the most recently used), or None."""
         found = self._blocks.get(text)
         if found is not None:
             self._blocks.move_to_end(text)
-            return found
-        if not build:
-            return None
-        batch = [text]
-        room -= len(text) // CHARS_PER_TOKEN_LOW
-        for t in then:
-            if len(batch) == TOKENIZE_BATCH or room <= len(t) // CHARS_PER_TOKEN_LOW:
+        return found
+
+    def tokenize_run(self, texts: Sequence[str], room: int) -> dict[str, Block]:
+        """Tokenize and index texts[0] and the texts after it that are not cached either (up to
+        the first cached one, TOKENIZE_BATCH in all), in one tokenizer call, as many as their
+        bytes, at CHARS_PER_TOKEN_LOW a token, leave `room` tokens for; of those, each is indexed
+        while the tokens indexed before it stay under `room`, as reading block by block would
+        (the rest are dropped). Their blocks by text, in order: the caller reads them from here,
+        where the cache may already have let the first ones go."""
+        batch, guess = [texts[0]], len(texts[0].encode("utf-8")) // CHARS_PER_TOKEN_LOW
+        for t in texts[1:TOKENIZE_BATCH]:
+            if t in self._blocks or "\x00" in t or t in batch:
                 break
-            if t not in self._blocks and "\x00" not in t and t not in batch:
-                batch.append(t)
-                room -= len(t) // CHARS_PER_TOKEN_LOW
-        for t, ids in zip(reversed(batch), reversed(self.encode_blocks(batch))):   # `text` last: newest
-            self._add(t, Block(ids))
-        return self._blocks[text]
+            guess += len(t.encode("utf-8")) // CHARS_PER_TOKEN_LOW
+            if guess >= room:
+                break
+            batch.append(t)
+        run, added = {}, 0
+        for t, ids in zip(batch, self.encode_blocks(batch)):
+            if added >= room:
+                break
+            run[t] = Block(ids)
+            self._add(t, run[t])
+            added += len(ids)
+        return run
 
     def warm(self, texts: Sequence[LookupText], max_tokens: int = MAX_REQUEST_TOKENS,
              stop: Callable[[], bool] = lambda: False) -> int:
@@ -210,17 +220,22 @@ class BlockIndex:
         reads them, before any request asks (a document just opened, while no request waits):
         WARM_BATCH blocks a tokenizer call, until `stop()` (asked before each call) is true or
         max_tokens are tokenized. Returns the tokens tokenized."""
-        segments = _segments(texts, self.cut)
-        todo = [t for t in dict.fromkeys(segments[s].texts[i] for s, i in _reading_order(segments))
-                if t not in self._blocks and "\x00" not in t]
         done = 0
-        for a in range(0, len(todo), WARM_BATCH):
+        for one in texts:
             if done >= max_tokens or stop():
                 break
-            batch = [t for t in todo[a:a + WARM_BATCH] if t not in self._blocks]
-            for text, ids in zip(batch, self.encode_blocks(batch)):
-                self._add(text, Block(ids))
-                done += len(ids)
+            # cut here, not through `cut`: a document being opened must not push the cuts that
+            # requests keep across keystrokes out of that cache
+            segments = _segments([one])
+            todo = [t for t in dict.fromkeys(segments[s].texts[i] for s, i in _reading_order(segments))
+                    if t not in self._blocks and "\x00" not in t]
+            for a in range(0, len(todo), WARM_BATCH):
+                if done >= max_tokens or stop():
+                    break
+                batch = [t for t in todo[a:a + WARM_BATCH] if t not in self._blocks]
+                for text, ids in zip(batch, self.encode_blocks(batch)):
+                    self._add(text, Block(ids))
+                    done += len(ids)
         self.stats.tokens_warmed += done
         return done
 
@@ -240,6 +255,7 @@ class BlockIndex:
         first), nearest the cursor first, up to `max_tokens` tokens, of which up to about
         `max_new_tokens` tokenized now (blocks not cached beyond that wait for later requests)."""
         t0 = time.perf_counter()
+        tokenized0 = self.stats.tokens_tokenized
         segments = _segments(texts, self.cut)
         # Where every text is cut as last time (`cut` hands back the same lists), the corpus is
         # the last one: a keystroke inside the prompt's lines changes none of it.
@@ -252,6 +268,7 @@ class BlockIndex:
             # (one that left blocks for later requests to tokenize is built again next time)
             self._last_corpus = (shape, [seg.texts for seg in segments], corpus) if corpus.complete else None
         self.stats.last_ms = (time.perf_counter() - t0) * 1000
+        self.stats.last_tokenized = self.stats.tokens_tokenized - tokenized0
         return corpus
 
 
@@ -305,12 +322,12 @@ class Corpus:
     tokens: int = 0
     ends: list[dict] = field(default_factory=list)            # each block's table, for the lookup loop
     complete: bool = True     # no block was left out for the request's tokenizing budget
-    tokenized: int = 0        # tokens tokenized to read it: its blocks not cached (and any batched with them)
 
     @classmethod
     def of(cls, index: BlockIndex, segments: list[Segment], max_tokens: int, max_new_tokens: int) -> "Corpus":
         """Blocks in reading order, from the cache or tokenized now, until `max_tokens`."""
         corpus, placed, new0 = cls(), {}, index.stats.tokens_tokenized
+        run: dict[str, Block] = {}     # blocks tokenized in one call ahead of their turn
         order = _reading_order(segments)
         texts = [segments[s].texts[i] for s, i in order]
         for n, (s, i) in enumerate(order):
@@ -319,8 +336,11 @@ class Corpus:
             text = texts[n]
             if "\x00" in text:
                 continue
-            room = max_new_tokens - (index.stats.tokens_tokenized - new0)
-            block = index.block(text, build=room > 0, then=texts[n + 1:n + 4 * TOKENIZE_BATCH], room=room)
+            block = run.pop(text, None) or index.block(text)
+            if block is None and index.stats.tokens_tokenized - new0 < max_new_tokens:
+                room = min(max_new_tokens - (index.stats.tokens_tokenized - new0), max_tokens - corpus.tokens)
+                run = index.tokenize_run(texts[n:n + TOKENIZE_BATCH], room)
+                block = run.pop(text)
             if block is None:
                 corpus.complete = False
                 continue
@@ -329,7 +349,6 @@ class Corpus:
             corpus.sources.append(segments[s].source)
             corpus.tokens += len(block.ids)
         corpus.ends = [b.ends for b in corpus.blocks]
-        corpus.tokenized = index.stats.tokens_tokenized - new0
         corpus.next_in_text = [-1] * len(corpus.blocks)
         for (s, i), at in placed.items():
             corpus.next_in_text[at] = placed.get((s, i + 1), -1)
@@ -470,7 +489,7 @@ class NgramDrafter:
         if self.index is not None:
             s = self.index.stats
             out.update(blocks=len(self.corpus.blocks), block_tokens=self.corpus.tokens,
-                       read_tokenized=self.corpus.tokenized,
+                       read_tokenized=s.last_tokenized if self.corpus.blocks else 0,
                        read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
                        blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens,
                        warmed_tokens=s.tokens_warmed)

@@ -85,6 +85,11 @@ class TokenVocab:
             return self._backend.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False)
 
+    @property
+    def plain(self):
+        """The tokenizer's `plain_tokenizer` copy (None for one without a Rust tokenizer)."""
+        return self._backend
+
     def encode_texts(self, texts: list[str]) -> list[list[int]]:
         """encode_text of each of `texts`, in one call to the tokenizer where it has a batch
         call without character offsets (nobody here reads them)."""

@@ -23,7 +23,7 @@ from lsprotocol import types
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
-from lsp import commands
+from lsp import backend, commands
 from lsp.backend import encodable
 from lsp.pygls_compat import server_of
 from lsp.telemetry import plain
@@ -282,15 +282,17 @@ def warm_lookup(ls: SpecfillServer, texts: list[str]) -> None:
     held-out files of 8-40 KB). A request that arrives stops it between two tokenizer calls."""
     state = ls.state
     loaded = state.backend
-    if loaded is None or state.loading or not state.settings.lookupDocuments or not texts:
+    if loaded is None or state.loading or not texts:
         return
+    options = backend.completion_options(state.settings)
 
     def busy() -> bool:
         return bool(state.inflight) or state.loading
 
     def job() -> None:
         if not busy():
-            state.stats.lookup_warmed_tokens += loaded.pipeline.warm_lookup([encodable(t) for t in texts], busy)
+            state.stats.lookup_warmed_tokens += loaded.pipeline.warm_lookup(
+                [encodable(t) for t in texts], options, busy)
     _on_worker(ls, job)
 
 

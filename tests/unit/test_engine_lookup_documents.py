@@ -108,21 +108,56 @@ def blocks_of(corpus) -> list[list[int]]:
     return [list(b.ids) for b in corpus.blocks]
 
 
+def one_by_one(monkeypatch):
+    """Block by block reading, as before batches: one block a tokenizer call."""
+    monkeypatch.setattr(lk, "TOKENIZE_BATCH", 1)
+
+
 @pytest.mark.parametrize("dummy_prefix", [False, True])
-def test_blocks_tokenized_together_are_the_blocks_tokenized_one_by_one(vocab, dummy_prefix):
+@pytest.mark.parametrize("budget", ["ample", "new tokens", "request tokens", "cache"])
+def test_blocks_tokenized_together_are_the_blocks_read_one_by_one(vocab, dummy_prefix, budget, monkeypatch):
     """Blocks a request misses go to the tokenizer several at a time (TOKENIZE_BATCH): the
-    corpus is the one a call per block gives, for a tokenizer with a dummy prefix too."""
+    request reads the blocks, sources and ids that one call per block reads, and indexes as many
+    tokens, also where a budget binds (tokens tokenized a request, tokens read, the cache's size)
+    and where text takes more tokens than the batch guesses (CJK, emoji, digits)."""
     v = build_vocab(llama_style_tokenizer("codellama")) if dummy_prefix else vocab
-    lines = code_lines(600) + ["x = 'café 你好 🎉'", "\tif x:\r", "", *code_lines(200, "tail")]
-    cursor = (400, 3)
-    one = BlockIndex(v.encode_text, dummy_prefix=dummy_prefix)
-    many = BlockIndex(v.encode_text, dummy_prefix=dummy_prefix, encode_many=v.encode_texts)
+    lines = [*code_lines(300), *(f"s_{i} = '数据 ✅ 注释 😀 {i * 7919}'" for i in range(60)), "",
+             *code_lines(300, "tail")]
+    cursor = (320, 3)
+    kwargs = {"ample": {}, "new tokens": {"max_new_tokens": 2500}, "request tokens": {"max_tokens": 3000},
+              "cache": {}}[budget]
+    size = {"max_cached_tokens": 3000} if budget == "cache" else {}
     calls = []
-    many._encode_many = lambda texts: calls.append(len(texts)) or v.encode_texts(texts)
-    want = one.corpus([LookupText(lines, cursor)])
-    got = many.corpus([LookupText(lines, cursor)])
-    assert blocks_of(got) == blocks_of(want) and got.sources == want.sources
-    assert len(want.blocks) > 20 and max(calls) == lk.TOKENIZE_BATCH and len(calls) < len(want.blocks) / 4
+
+    def read(index: BlockIndex):
+        first = index.corpus([LookupText(lines, cursor)], **kwargs)
+        edited = list(lines)
+        edited[100] += "  # edited"        # a second request: cached blocks around one new one
+        return first, index.corpus([LookupText(edited, cursor)], **kwargs)
+
+    batched = BlockIndex(v.encode_text, dummy_prefix=dummy_prefix, encode_many=lambda t: calls.append(len(t))
+                         or v.encode_texts(t), **size)
+    got = read(batched)
+    with monkeypatch.context() as m:
+        one_by_one(m)
+        single = BlockIndex(v.encode_text, dummy_prefix=dummy_prefix, **size)
+        want = read(single)
+    for g, w in zip(got, want):
+        assert blocks_of(g) == blocks_of(w) and g.sources == w.sources and g.complete == w.complete
+    assert batched.stats.tokens_tokenized == single.stats.tokens_tokenized
+    assert len(want[0].blocks) >= 5 and max(calls) > 1 and len(calls) < len(want[0].blocks)
+
+
+def test_a_request_reports_what_its_read_tokenized(vocab):
+    """`last_tokenized`: what the request's read tokenized; 0 where the last corpus is reused."""
+    index = BlockIndex(vocab.encode_text)
+    lines, window = code_lines(400), (260, 330)
+    index.corpus([LookupText(lines, (300, 0), window)])
+    assert index.stats.last_tokenized == index.stats.tokens_tokenized > 1000
+    typed = list(lines)
+    typed[300] += "x"                          # inside the prompt's lines: the same corpus
+    index.corpus([LookupText(typed, (300, 1), window)])
+    assert index.stats.last_tokenized == 0
 
 
 def test_warming_a_document_leaves_its_first_request_little_to_tokenize(vocab):
@@ -145,8 +180,9 @@ def test_warming_a_document_leaves_its_first_request_little_to_tokenize(vocab):
 
     asked = []
     stopped = BlockIndex(vocab.encode_text)
-    assert stopped.warm([LookupText(lines)], stop=lambda: asked.append(1) or len(asked) > 2) > 0
-    assert len(asked) == 3 and stopped.stats.blocks_tokenized == 2 * lk.WARM_BATCH
+    assert stopped.warm([LookupText(lines)], stop=lambda: asked.append(1) or len(asked) > 3) > 0
+    assert len(asked) == 4 and stopped.stats.blocks_tokenized == 2 * lk.WARM_BATCH   # asked per document too
+    assert stopped.warm([LookupText(lines), LookupText(code_lines(50, "other"))], stop=lambda: True) == 0
     capped = BlockIndex(vocab.encode_text)
     assert 500 <= capped.warm([LookupText(lines)], max_tokens=500) < 500 + 200 * lk.WARM_BATCH
 
@@ -393,3 +429,13 @@ def test_lookup_texts_do_nothing_without_lookup(engines):
     pipe = CompletionPipeline(engines["default"])
     pipe.complete(CompletionRequest(URI, "\n".join(lines), 49, 0), heuristic)
     assert pipe.last_stats["lookup"]["blocks"] == 0    # the old rule drafts with the model alone
+
+
+def test_documents_are_not_warmed_for_requests_that_do_not_read_them(engines):
+    """A draft model under the old +2/-1 rule drafts alone: its requests never read the documents,
+    so opening one tokenizes nothing for them; the cost-aware default does read them."""
+    from engine.settings import GenerationSettings
+    text = [LookupText(code_lines(200, "warmed"))]
+    assert engines["default"].warm_lookup(text, GenerationSettings(draft_control="heuristic")) == 0
+    assert engines["none"].warm_lookup(text, GenerationSettings()) == 0        # no lookup at all
+    assert engines["default"].warm_lookup(text, GenerationSettings()) > 1000

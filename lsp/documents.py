@@ -278,7 +278,7 @@ def forget_document(ls: SpecfillServer, uri: str) -> None:
 def warm_lookup(ls: SpecfillServer, texts: list[str]) -> None:
     """Tokenize opened documents' blocks (newest first) for prompt lookup on the worker while no
     request waits (CompletionPipeline.warm_lookup), so the first request in them finds the blocks
-    cached (`python -m bench.lookup_cost`, "first read": 0.3-0.4 ms instead of 2.5-2.6 ms for
+    cached (`python -m bench.lookup_cost`, "first read": 0.3-0.5 ms instead of 2.7-3.0 ms for
     held-out files of 8-40 KB). A request that arrives stops it between two tokenizer calls."""
     state = ls.state
     loaded = state.backend

@@ -13,6 +13,7 @@ keys its documents by the unquoted URI, and so does every table of the server.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -34,6 +35,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("specfill.documents")
 
 NOTED_AFTER_LOAD = 16   # open documents offered as extra context once models are loaded
+# An opened document is tokenized for prompt lookup this long after the open, when no request is
+# in flight (else it waits this long again, WARM_TRIES times at most): never ahead of a request
+# that came with the open.
+WARM_AFTER_S = 0.2
+WARM_TRIES = 25
 EDIT_NOTE_INTERVAL_S = 1.0   # a document being typed in is noted at most this often
 
 
@@ -56,7 +62,7 @@ def did_open(ls: SpecfillServer, params: types.DidOpenTextDocumentParams) -> Non
     ls.workspace.put_text_document(item)
     if context_from(ls, "open"):
         note_document(ls, item.uri, item.text)
-    warm_lookup(ls, [item.text])
+    warm_lookup(ls, [key])
 
 
 def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -275,13 +281,37 @@ def forget_document(ls: SpecfillServer, uri: str) -> None:
         _on_worker(ls, lambda: loaded.pipeline.forget_document(uri))
 
 
-def warm_lookup(ls: SpecfillServer, texts: list[str]) -> None:
-    """Tokenize opened documents' blocks (newest first) for prompt lookup on the worker while no
-    request waits (CompletionPipeline.warm_lookup), so the first request in them finds the blocks
-    cached (`python -m bench.lookup_cost`, "first read": 0.3-0.5 ms instead of 2.7-3.0 ms for
-    held-out files of 8-40 KB). A request that arrives stops it between two tokenizer calls."""
+def warm_lookup(ls: SpecfillServer, keys: list[str], tries: int = WARM_TRIES) -> None:
+    """Tokenize the blocks of opened documents (`keys`, newest first) for prompt lookup on the
+    worker once the server is idle (CompletionPipeline.warm_lookup), so the first request in them
+    finds the blocks cached (`python -m bench.lookup_cost`, "first read": 0.3-0.5 ms instead of
+    2.7-3.0 ms for held-out files of 8-40 KB). It starts WARM_AFTER_S after the open, with the
+    documents' text at that time (closed ones left out), and waits again while a request is in
+    flight; a request that arrives while it runs stops it between two tokenizer calls. A request
+    sent with the open (an editor asking at once) goes first."""
+    state = ls.state
+    if state.backend is None or state.loading or not keys:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:      # not on the server's loop (no request can be waiting): now
+        _warm_now(ls, keys)
+        return
+
+    def later() -> None:
+        if bool(state.inflight) or state.worker_busy:
+            if tries > 1:
+                warm_lookup(ls, keys, tries - 1)
+            return
+        _warm_now(ls, keys)
+    loop.call_later(WARM_AFTER_S, later)
+
+
+def _warm_now(ls: SpecfillServer, keys: list[str]) -> None:
     state = ls.state
     loaded = state.backend
+    docs = [ls.workspace.text_documents.get(k) for k in keys]
+    texts = [encodable(d.source) for d in docs if d is not None]
     if loaded is None or state.loading or not texts:
         return
     options = backend.completion_options(state.settings)
@@ -291,8 +321,7 @@ def warm_lookup(ls: SpecfillServer, texts: list[str]) -> None:
 
     def job() -> None:
         if not busy():
-            state.stats.lookup_warmed_tokens += loaded.pipeline.warm_lookup(
-                [encodable(t) for t in texts], options, busy)
+            state.stats.lookup_warmed_tokens += loaded.pipeline.warm_lookup(texts, options, busy)
     _on_worker(ls, job)
 
 
@@ -300,7 +329,7 @@ def note_open_documents(ls: SpecfillServer) -> None:
     """After a (re)load the new pipeline knows no documents yet (and its lookup has read none:
     the newest first)."""
     docs = list(ls.workspace.text_documents.values())[-NOTED_AFTER_LOAD:]
-    warm_lookup(ls, [doc.source for doc in reversed(docs)])
+    warm_lookup(ls, [document_key(doc.uri) for doc in reversed(docs)])
     if not context_from(ls, "open"):
         return
     for doc in docs:

@@ -52,7 +52,7 @@ MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least re
 # throwaway timing); `python -m bench.lookup_cost` times the whole read ("documents read").
 MAX_KEPT_CUTS = 16
 # Blocks not cached go to the tokenizer this many at a time, in reading order: the first block a
-# request misses and the next ones it will read. One call for many texts skips the per-call
+# request misses and the ones it would miss next, up to a cached one. One call for many texts skips the per-call
 # overhead and, where the tokenizers release has it, the character offsets: on the real held-out
 # files of bench.end_of_line, with the tokenizer on one thread, their blocks were tokenized
 # 1.4-1.5x faster and a file's first read (tokenizing and indexing) took 1.2-1.35x less time
@@ -61,7 +61,7 @@ TOKENIZE_BATCH = 16
 # Fewer bytes a token than code takes (the shipped target: 3.3-3.5 in the files above), so a
 # batch guessed to fit a request's tokenizing budget seldom tokenizes much past it (what is past
 # it is dropped, not indexed: the request reads the blocks it read one by one).
-CHARS_PER_TOKEN_LOW = 3
+BYTES_PER_TOKEN_LOW = 3
 # Blocks a tokenizer call when indexing ahead of requests (BlockIndex.warm): a request that
 # arrives meanwhile waits for one such call (~0.3 ms here) before its own work starts.
 WARM_BATCH = 4
@@ -166,17 +166,13 @@ class BlockIndex:
         return blocks
 
     def encode_block(self, text: str) -> list[int]:
-        """A block's ids as they come in the middle of a text: a tokenizer with a SentencePiece
-        dummy prefix would put a space in front of a block's first word, so the block is
-        encoded behind a newline, whose ids are then dropped."""
-        if self._marker is None:
-            return self._encode(text)
-        ids = self._encode("\n" + text)
-        n = len(self._marker)
-        return ids[n:] if ids[:n] == self._marker else self._encode(text)
+        """A block's ids as they come in the middle of a text (encode_blocks of one)."""
+        return self.encode_blocks([text])[0]
 
     def encode_blocks(self, texts: list[str]) -> list[list[int]]:
-        """encode_block of each of `texts`, in one call to the tokenizer."""
+        """Each block's ids as they come in the middle of a text, in one call to the tokenizer: a
+        tokenizer with a SentencePiece dummy prefix would put a space in front of a block's first
+        word, so each block is encoded behind a newline, whose ids are then dropped."""
         if self._marker is None:
             return self._encode_many(texts)
         n = len(self._marker)
@@ -193,15 +189,15 @@ class BlockIndex:
     def tokenize_run(self, texts: Sequence[str], room: int) -> dict[str, Block]:
         """Tokenize and index texts[0] and the texts after it that are not cached either (up to
         the first cached one, TOKENIZE_BATCH in all), in one tokenizer call, as many as their
-        bytes, at CHARS_PER_TOKEN_LOW a token, leave `room` tokens for; of those, each is indexed
+        bytes, at BYTES_PER_TOKEN_LOW a token, leave `room` tokens for; of those, each is indexed
         while the tokens indexed before it stay under `room`, as reading block by block would
         (the rest are dropped). Their blocks by text, in order: the caller reads them from here,
         where the cache may already have let the first ones go."""
-        batch, guess = [texts[0]], len(texts[0].encode("utf-8")) // CHARS_PER_TOKEN_LOW
+        batch, guess = [texts[0]], len(texts[0].encode("utf-8")) // BYTES_PER_TOKEN_LOW
         for t in texts[1:TOKENIZE_BATCH]:
             if t in self._blocks or "\x00" in t or t in batch:
                 break
-            guess += len(t.encode("utf-8")) // CHARS_PER_TOKEN_LOW
+            guess += len(t.encode("utf-8")) // BYTES_PER_TOKEN_LOW
             if guess >= room:
                 break
             batch.append(t)
@@ -337,9 +333,10 @@ class Corpus:
             if "\x00" in text:
                 continue
             block = run.pop(text, None) or index.block(text)
-            if block is None and index.stats.tokens_tokenized - new0 < max_new_tokens:
-                room = min(max_new_tokens - (index.stats.tokens_tokenized - new0), max_tokens - corpus.tokens)
-                run = index.tokenize_run(texts[n:n + TOKENIZE_BATCH], room)
+            spent = index.stats.tokens_tokenized - new0
+            if block is None and spent < max_new_tokens:
+                run = index.tokenize_run(texts[n:n + TOKENIZE_BATCH],
+                                         min(max_new_tokens - spent, max_tokens - corpus.tokens))
                 block = run.pop(text)
             if block is None:
                 corpus.complete = False

@@ -223,8 +223,8 @@ class Linear:
 
     @staticmethod
     def extra_bytes(modules: list[torch.nn.Linear]) -> int:
-        """Memory of the packed copies (oneDNN's, when chosen, adds the weights' size once more;
-        FBGEMM's float16 one half of it)."""
+        """Memory of the packed copies, before any kernel is chosen (not counted here: oneDNN's
+        copy, when chosen, adds the weights' size once more; FBGEMM's float16 one half of it)."""
         return weight_bytes(modules) * (2 if len(modules) > 1 else 1)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
@@ -267,10 +267,19 @@ def _onednn_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
                                               "none", [], "")
 
 
+def _probe_input(linear: Linear) -> torch.Tensor:
+    """16 rows of input for a kernel's check against F.linear (the same every time)."""
+    return torch.randn(16, linear.weight.shape[1], generator=torch.Generator().manual_seed(0),
+                       dtype=linear.weight.dtype).to(linear.weight.device)
+
+
+def _same_products(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
 def _onednn_agrees(linear: Linear) -> bool:
     """Whether oneDNN's kernel gives this map's products (the torch build's op may differ)."""
-    h = torch.randn(16, linear.weight.shape[1], generator=torch.Generator().manual_seed(0),
-                    dtype=linear.weight.dtype).to(linear.weight.device)
+    h = _probe_input(linear)
     with torch.no_grad():
         try:
             linear.pack_onednn()
@@ -280,7 +289,7 @@ def _onednn_agrees(linear: Linear) -> bool:
             linear.weight_onednn = None
             return False
         want = F.linear(h, linear.weight, linear.bias)
-    return got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    return _same_products(got, want)
 
 
 def _fp16_agrees(linear: Linear) -> bool:
@@ -289,8 +298,7 @@ def _fp16_agrees(linear: Linear) -> bool:
     use_kernels where FP16 is not chosen."""
     if linear.fp16_source is None or not fp16_available():
         return False
-    h = torch.randn(16, linear.weight.shape[1], generator=torch.Generator().manual_seed(0),
-                    dtype=linear.weight.dtype)
+    h = _probe_input(linear)
     with torch.no_grad():
         try:
             want = F.linear(h * linear.input_scale if linear.input_scale is not None else h,
@@ -300,7 +308,7 @@ def _fp16_agrees(linear: Linear) -> bool:
         except Exception as exc:   # a deprecated op, and FBGEMM needs x86 with AVX2: whatever it raises, none
             log.debug("FBGEMM's float16 kernel is not used: %s", exc)
             return False
-    return got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+    return _same_products(got, want)
 
 
 def fp16_ready(lean) -> bool:

@@ -299,7 +299,7 @@ def warm_lookup(ls: SpecfillServer, keys: list[str], tries: int = WARM_TRIES) ->
         return
 
     def later() -> None:
-        if bool(state.inflight) or state.worker_busy:
+        if _requests_busy(state):
             if tries > 1:
                 warm_lookup(ls, keys, tries - 1)
             return
@@ -316,13 +316,18 @@ def _warm_now(ls: SpecfillServer, keys: list[str]) -> None:
         return
     options = backend.completion_options(state.settings)
 
-    def busy() -> bool:
-        return bool(state.inflight) or state.loading
+    def stop() -> bool:
+        return _requests_busy(state)
 
     def job() -> None:
-        if not busy():
-            state.stats.lookup_warmed_tokens += loaded.pipeline.warm_lookup(texts, options, busy)
+        if not stop():
+            state.stats.lookup_warmed_tokens += loaded.pipeline.warm_lookup(texts, options, stop)
     _on_worker(ls, job)
+
+
+def _requests_busy(state) -> bool:
+    """A request in flight or decoding, or models loading: background work waits or stops."""
+    return bool(state.inflight) or state.worker_busy or state.loading
 
 
 def note_open_documents(ls: SpecfillServer) -> None:

@@ -16,9 +16,10 @@ tree (OTHER_PRIOR), and takes the best rate. A tree of a lookup chain of kl toke
 chain of km yields 1 + sum over depths i of P(some chain holds to depth i); with L_i and M_i the
 chains' products p_1...p_i and the two taken as independent, that is
 E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the model's km steps plus
-verify(1 + kl + km): a tree pass costs what a chain pass of its width costs (measured on the
-shipped target: its mask and gathered positions are a few tensor ops per pass), so
-tree rounds feed the same verify cost by width. Prompt lookup's
+a tree pass of 1 + kl + km tokens, priced by its own fit (`tree_verify`): its mask, its gathered
+positions, moving the accepted path's keys and values into place and walking the tree cost
+more than a chain pass of the same width (on the shipped target ~0.2-0.3 ms a pass, about a
+tenth of such a round: priced as chains, trees were chosen where they did not pay). Prompt lookup's
 acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES), apart for copies
 from the documents beyond the prompt (DOCUMENT_CLASS), and apart, by match length, for proposals
 from the datastore of the target's own answers (DATASTORE_CLASSES). A drafter that
@@ -68,6 +69,16 @@ DOCUMENT_SOURCES = (DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE)                # (en
 DATASTORE_SOURCE = "datastore"
 DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
                      ("datastore 8-15", 8, 0.75), ("datastore 16+", 16, 0.9))
+# The store's proposals taken where the text's own proposal says otherwise (the two part within
+# the tokens offered: Draft.other) keep estimates of their own. Contested, the store is right
+# less often: in `python -m bench.calibration` on the engine before this split (e882df9,
+# 2026-12-06) the shipped target wrote the first token of a contested 16+ proposal 0.75 of the
+# time against 0.89 uncontested, 8-15 0.74 against 0.86, 4-7 0.60 against 0.69. Pooled, those
+# classes were priced for a mix, and pairs built on contested proposals gave 0.74-0.88 of the
+# tokens planned. The text's own proposals hold their acceptance where the store disagrees
+# (0.93 either way after 6+ matched tokens), so they are not split.
+CONTESTED = " contested"
+CONTESTED_PRIORS = {"datastore 1-3": 0.35, "datastore 4-7": 0.6, "datastore 8-15": 0.7, "datastore 16+": 0.75}
 # When prompt lookup has two proposals that part (the text's copy and the datastore's,
 # engine/lookup.py: `Draft.other`), at once or after s common tokens, the one it left can be
 # verified beside the one it took, as a tree that branches at depth s: at most one of them is
@@ -83,14 +94,17 @@ _PROBED_BY_KIND = {"none": (), "lookup": ("lookup",), "model": ("model",), "tree
                    "pair": ("lookup", "pair")}
 
 
-def lookup_class(match: int, source: str = "") -> str | None:
-    """The class of a lookup proposal found in `source` after `match` matched tokens (None: not known)."""
+def lookup_class(match: int, source: str = "", contested: bool = False) -> str | None:
+    """The class of a lookup proposal found in `source` after `match` matched tokens, `contested`
+    where lookup's other proposal parts from it (None: not known)."""
     if source in DOCUMENT_SOURCES:
         return DOCUMENT_CLASS[0]
     name = None
     for label, fewest, _ in DATASTORE_CLASSES if source == DATASTORE_SOURCE else LOOKUP_CLASSES:
         if match >= fewest:
             name = label
+    if name is not None and contested and source == DATASTORE_SOURCE:
+        return name + CONTESTED
     return name
 
 
@@ -135,14 +149,13 @@ class DrafterEstimate:
     evaluated: list[float] = field(default_factory=lambda: [0.0] * MAX_K)
     accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_K)
     rounds: int = 0
+    # what `_derived` computed last, with the prior and counts it was computed from
+    _kept: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _summary: tuple | None = field(default=None, init=False, repr=False, compare=False)   # (its key, summary)
 
     def acceptance(self, k: int) -> list[float]:
-        """p(0) ... p(k - 1) (see `p`), in one pass."""
-        out, p = [], self.prior
-        for a, e in zip(self.accepted[:k], self.evaluated[:k]):
-            p = (a + p * PRIOR_ROUNDS) / (e + PRIOR_ROUNDS)
-            out.append(p)
-        return out
+        """p(0) ... p(k - 1) (see `p`; at most MAX_K of them)."""
+        return self._derived()[1][:k]
 
     def p(self, i: int) -> float:
         """Probability that draft token i is accepted, given that the ones before it were: its
@@ -151,6 +164,30 @@ class DrafterEstimate:
         a fixed prior there (0.6 for the draft model) made long drafts look good where only the
         first tokens had been measured, and poor (0.34-0.54 here)."""
         return self.acceptance(i + 1)[i]
+
+    def cumulative(self) -> tuple[list[float], list[float]]:
+        """For i = 0..MAX_K: the sum of the chain products p_1...p_j for j <= i, and the
+        products (the plan's E for a chain of i tokens is 1 + sums[i])."""
+        _, _, sums, chains = self._derived()
+        return sums, chains
+
+    def _derived(self) -> tuple:
+        """(key, acceptance by position, cumulative sums, products), computed again only when
+        the prior or the counts have changed since the last call (read as they are, so a count
+        set by hand counts too): every round's plan and every request's summary read the
+        estimates, and a round's record changes one or two of them."""
+        key = (self.prior, tuple(self.accepted), tuple(self.evaluated))
+        kept = self._kept
+        if kept is None or kept[0] != key:
+            ps, sums, chains, p, chain = [], [0.0], [1.0], self.prior, 1.0
+            for a, e in zip(self.accepted, self.evaluated):
+                p = (a + p * PRIOR_ROUNDS) / (e + PRIOR_ROUNDS)
+                ps.append(p)
+                chain *= p
+                chains.append(chain)
+                sums.append(sums[-1] + chain)
+            kept = self._kept = (key, ps, sums, chains)
+        return kept
 
     def expected_tokens(self, k: int) -> float:
         total, chain = 1.0, 1.0
@@ -194,9 +231,14 @@ class DrafterEstimate:
         self.rounds += 1
 
     def summary(self) -> dict:
-        ms = lambda v: None if v is None else round(v, 3)  # noqa: E731
-        return {"acceptance_by_position": [round(p, 3) for p in self.acceptance(8)],
-                "step_ms": ms(self.step_ms), "begin_ms": ms(self.begin_ms), "rounds": self.rounds}
+        """Kept while nothing in it changed: every request's stats carry every estimate's, and
+        most estimates are not touched by a request."""
+        key = (self._derived()[0], self.step_ms, self.begin_ms, self.rounds)
+        if self._summary is None or self._summary[0] != key:
+            ms = lambda v: None if v is None else round(v, 3)  # noqa: E731
+            self._summary = (key, {"acceptance_by_position": [round(p, 3) for p in self.acceptance(8)],
+                                   "step_ms": ms(self.step_ms), "begin_ms": ms(self.begin_ms), "rounds": self.rounds})
+        return dict(self._summary[1])
 
 
 @dataclass
@@ -224,6 +266,7 @@ class VerifyCost:
     per_token_ms: float = 0.0
     spread_ms: float = 0.0      # typical |error| of one measurement against the fit
     seen: bool = False
+    _kept: tuple | None = field(default=None, init=False, repr=False, compare=False)  # the last `widths`
 
     def __call__(self, width: int) -> float:
         return self.one_ms + self.per_doubling_ms * _LOG2[width] + self.per_token_ms * (width - 1)
@@ -232,8 +275,14 @@ class VerifyCost:
         """verify(w) for w = 0 .. n - 1, each at least 1e-6 (the plan divides by them). The same
         sums as __call__, in the same order (the same floats), without a call per width: the
         plan asks for up to 40 widths every round."""
-        one, doubling, token = self.one_ms, self.per_doubling_ms, self.per_token_ms
-        return [max(1e-6, one + doubling * _LOG2[w] + token * (w - 1)) for w in range(n)]
+        key = (self.one_ms, self.per_doubling_ms, self.per_token_ms)
+        kept = self._kept
+        if kept is not None and kept[0] == key and len(kept[1]) >= n:   # a fit no round has moved
+            return kept[1][:n]
+        one, doubling, token = key
+        out = [max(1e-6, one + doubling * _LOG2[w] + token * (w - 1)) for w in range(n)]
+        self._kept = (key, out)
+        return out
 
     def record(self, width: int, ms: float) -> None:
         if not self.seen:   # the prior's shape, scaled to this measurement at its width
@@ -324,17 +373,19 @@ class Plan:
     other_from: int = 0    # ... which shares its first other_from tokens with the taken one
     lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
     lookup_source: str = ""  # ... found there (Draft.source)
+    lookup_contested: bool = False   # ... and lookup's other proposal parted from it (CONTESTED)
     probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
 
 
+def _fit(cost: VerifyCost) -> dict:
+    return {"width_1": round(cost(1), 3), "per_doubling": round(cost.per_doubling_ms, 3),
+            "per_extra_token": round(cost.per_token_ms, 3)}
+
+
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
-    """For i = 0..k: the sum of the chain products p_1...p_j for j <= i, and the products."""
-    sums, chains, chain = [0.0], [1.0], 1.0
-    for p in est.acceptance(k):
-        chain *= p
-        chains.append(chain)
-        sums.append(sums[-1] + chain)
-    return sums, chains
+    """For i = 0..k (k <= MAX_K): the sum of the chain products p_1...p_j for j <= i, and the products."""
+    sums, chains = est.cumulative()
+    return sums[:k + 1], chains[:k + 1]
 
 
 @dataclass
@@ -344,11 +395,13 @@ class DraftController:
     # the same by class (LOOKUP_CLASSES, DATASTORE_CLASSES, DOCUMENT_CLASS); `lookup` pools them, for proposals of unknown match
     lookup_by_class: dict = field(default_factory=lambda: {
         name: DrafterEstimate(prior=prior, step_ms=0.0)
-        for name, prior in (*((n, p) for n, _, p in (*LOOKUP_CLASSES, *DATASTORE_CLASSES)), DOCUMENT_CLASS)})
+        for name, prior in (*((n, p) for n, _, p in (*LOOKUP_CLASSES, *DATASTORE_CLASSES)), DOCUMENT_CLASS,
+                            *((n + CONTESTED, p) for n, p in CONTESTED_PRIORS.items()))})
     # lookup's other proposal, in pair rounds (OTHER_PRIOR)
     lookup_other: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=OTHER_PRIOR, step_ms=0.0))
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6))
     verify: VerifyCost = field(default_factory=VerifyCost)
+    tree_verify: VerifyCost = field(default_factory=VerifyCost)   # the same for tree passes (trees, pairs)
     # The draft model's first pass of a round, by its width: it catches up on the tokens written
     # since it last ran (DraftWork) and does its text bookkeeping, so it costs more than a step
     # (measured at end of line with the shipped pair: 1.4-2.9 ms for 2-21 tokens, a step ~1.1).
@@ -365,10 +418,10 @@ class DraftController:
                                                           "pair": 0})
     frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests, tuning)
 
-    def lookup_estimate(self, match: int, source: str = "") -> DrafterEstimate:
-        """The estimate for a lookup proposal found in `source` after `match` matched tokens
-        (match 0 and no document source: the pooled one)."""
-        name = lookup_class(match, source)
+    def lookup_estimate(self, match: int, source: str = "", contested: bool = False) -> DrafterEstimate:
+        """The estimate for a lookup proposal found in `source` after `match` matched tokens,
+        `contested` or not (match 0 and no document source: the pooled one)."""
+        name = lookup_class(match, source, contested)
         return self.lookup if name is None else self.lookup_by_class[name]
 
     def plan(self, lookup: LookupOffer, has_model: bool, max_k: int, model_ready: bool = True,
@@ -377,10 +430,11 @@ class DraftController:
         whether it has already begun this request (else its prefill is part of this round's
         cost), how many tokens were written since it last ran (it catches up on them first) and
         whether the target can verify a tree."""
+        contested = lookup.other_tokens > 0
         plan = self._plan(lookup if tree_ok else replace(lookup, other_tokens=0),
-                          self.lookup_estimate(lookup.match, lookup.source), has_model, max_k, model_ready,
-                          tree_ok, model_behind)
-        plan.lookup_match, plan.lookup_source = lookup.match, lookup.source
+                          self.lookup_estimate(lookup.match, lookup.source, contested), has_model, max_k,
+                          model_ready, tree_ok, model_behind)
+        plan.lookup_match, plan.lookup_source, plan.lookup_contested = lookup.match, lookup.source, contested
         return plan
 
     def _plan(self, lookup: LookupOffer, lookup_est: DrafterEstimate, has_model: bool, max_k: int,
@@ -392,8 +446,13 @@ class DraftController:
         if not self.verify.seen:    # no costs known yet: measure a round first
             return Plan("lookup", min(lookup.tokens, max_k), 0.0) if lookup.tokens else Plan("none", 0, 0.0)
         lookup_k = min(lookup.tokens, max_k)
-        # self.verify(w) (at least 1e-6) for every width a chain or a tree of these lengths has
-        verify = self.verify.widths(2 + lookup_k + max_k)
+        other_k = min(lookup.other_tokens, max_k)
+        # self.verify(w) (at least 1e-6) for every width lookup's chain or a pair can have, and 2
+        # (the draft model's chains and trees are wider: priced below, in the rounds that price
+        # them); a tree pass by its own fit, once one was measured (until then as a chain: tried,
+        # then priced)
+        verify = self.verify.widths(3 + lookup_k + other_k)
+        tree_verify = self.tree_verify.widths(len(verify)) if self.tree_verify.seen else verify
         l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first
@@ -406,8 +465,8 @@ class DraftController:
         best_lookup = Plan("lookup", best_k, best_rate) if best_k else None
         if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
             best = best_lookup
-        best_pair = self._best_pair(l_sums, l_chains, lookup.other_from, min(lookup.other_tokens, max_k), verify) \
-            if lookup_k > lookup.other_from and lookup.other_tokens else None
+        best_pair = self._best_pair(l_sums, l_chains, lookup.other_from, other_k, tree_verify) \
+            if lookup_k > lookup.other_from and other_k else None
         if best_pair is not None and best_pair.expected_rate > best.expected_rate:
             best = best_pair
         best_model = None
@@ -424,6 +483,8 @@ class DraftController:
             # where the model has not begun, this skips most of the plan's work).
             bound = (1 + l_sums[-1] + m_sums[-1]) / (begin + step + verify[2])
             if bound > best.expected_rate or self.since_model >= self.probe_every["model"]:
+                verify = self.verify.widths(2 + lookup_k + max_k)
+                tree_verify = self.tree_verify.widths(len(verify)) if self.tree_verify.seen else verify
                 best_k, best_rate = 0, 0.0
                 for k in range(1, max_k + 1):
                     rate = (1 + m_sums[k]) / (begin + k * step + verify[k + 1])
@@ -433,7 +494,7 @@ class DraftController:
                 if best_model.expected_rate > best.expected_rate:
                     best = best_model
                 if tree_ok and lookup_k:
-                    tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), verify, begin)
+                    tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), tree_verify, begin)
                     if tree.expected_rate > best.expected_rate:
                         best = tree
         # Now and then a drafter that loses is measured again, so the estimates follow the text.
@@ -529,7 +590,7 @@ class DraftController:
         self._count(plan)
         if self.frozen:
             return
-        self.verify.record(width, verify_ms)
+        self.tree_verify.record(width, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
         self._record_lookup(plan, plan.lookup_k, *lookup, 0.0)
@@ -544,7 +605,7 @@ class DraftController:
         self._count(plan)
         if self.frozen:
             return
-        self.verify.record(width, verify_ms)
+        self.tree_verify.record(width, verify_ms)
         self._record_lookup(plan, plan.k, *taken, 0.0)
         if other is not None:
             self.lookup_other.record(plan.other_k, *other, 0.0)
@@ -557,7 +618,8 @@ class DraftController:
         """A lookup chain counts in the pooled estimate and in its class."""
         self.lookup.record(asked, drafted, accepted, draft_ms)
         if lookup_class(plan.lookup_match, plan.lookup_source) is not None:
-            self.lookup_estimate(plan.lookup_match, plan.lookup_source).record(asked, drafted, accepted, draft_ms)
+            self.lookup_estimate(plan.lookup_match, plan.lookup_source, plan.lookup_contested).record(
+                asked, drafted, accepted, draft_ms)
 
     def _count(self, plan: Plan) -> None:
         self.rounds += 1
@@ -572,8 +634,7 @@ class DraftController:
     def summary(self) -> dict:
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
                 "probe_every": dict(self.probe_every),
-                "verify_ms": {"width_1": round(self.verify(1), 3), "per_doubling": round(self.verify.per_doubling_ms, 3),
-                              "per_extra_token": round(self.verify.per_token_ms, 3)},
+                "verify_ms": _fit(self.verify), "tree_verify_ms": _fit(self.tree_verify) if self.tree_verify.seen else None,
                 "lookup": self.lookup.summary(), "lookup_other": self.lookup_other.summary(),
                 "model": self.model.summary(),
                 "model_first_pass_ms": dict(zip(("width_1", "per_extra_token"),

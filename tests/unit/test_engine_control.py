@@ -149,6 +149,28 @@ def test_copies_from_the_documents_keep_their_own_estimate():
     assert p[0] > 0.9 and p[1] > 0.9 and p[2] < 0.1
 
 
+def test_a_contested_store_proposal_keeps_its_own_estimate():
+    """The store's proposal where the text's own proposal parts from it is learned apart: right
+    twice then wrong here, it is drafted two long, while the same store class uncontested, always
+    right, is drafted whole; the text's proposals are not split."""
+    from engine.control import CONTESTED, DATASTORE_SOURCE, Plan, lookup_class
+    c = controller(verify_one=5.0, per_token=1.0)
+    store = dict(lookup_match=12, lookup_source=DATASTORE_SOURCE)
+    for _ in range(60):
+        c.record(Plan("lookup", 8, 0.0, lookup_contested=True, **store), 8, 2, 0.0, 13.0)
+        c.record(Plan("lookup", 8, 0.0, **store), 8, 8, 0.0, 13.0)
+    contested = c.plan(LookupOffer(8, match=12, source=DATASTORE_SOURCE, other_tokens=3), has_model=False,
+                       max_k=16, tree_ok=False)
+    alone = c.plan(LookupOffer(8, match=12, source=DATASTORE_SOURCE), has_model=False, max_k=16)
+    assert (contested.drafter, contested.k, contested.lookup_contested) == ("lookup", 2, True)
+    assert (alone.drafter, alone.k, alone.lookup_contested) == ("lookup", 8, False)
+    name = lookup_class(12, DATASTORE_SOURCE)
+    by_class = c.summary()["lookup_by_class"]
+    assert by_class[name + CONTESTED]["acceptance_by_position"][2] < 0.1
+    assert by_class[name]["acceptance_by_position"][2] > 0.9
+    assert lookup_class(12, "prompt", contested=True) == lookup_class(12, "prompt")
+
+
 def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them():
     """Each probe the draft model loses doubles the wait before the next one (a probe costs its
     prefill and steps the target does not take), up to MAX_PROBE_EVERY; once the model is chosen

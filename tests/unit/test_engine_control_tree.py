@@ -65,13 +65,18 @@ def test_costly_width_keeps_trees_off():
 
 
 def test_a_tree_round_measures_the_verify_cost_of_its_width():
+    """Tree passes are priced by their own fit: a costly tree pass keeps trees off, and leaves
+    the chains' price as it was."""
     c = controller(verify_one=4.0, per_token=0.05)
+    assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter == "tree"
     for _ in range(40):
         c.record_tree(Plan("tree", 4, 1.0, 4), (4, 0), (4, 0), 9, 0.4, 4.0 + 8 * 2.0)
         c.lookup.evaluated, c.lookup.accepted = [1e6] * 16, [5e5] * 16   # keep the chains' estimates
         c.model.evaluated, c.model.accepted = [1e6] * 16, [5e5] * 16
-    assert c.verify(9) > 16.0    # measured 20 ms at width 9
+    assert c.tree_verify(9) > 16.0    # measured 20 ms at width 9
+    assert c.verify(9) == pytest.approx(4.4)   # chains: as before
     assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter != "tree"
+    assert c.summary()["tree_verify_ms"]["width_1"] > c.summary()["verify_ms"]["width_1"]
 
 
 def test_a_tree_round_teaches_both_chains_and_is_counted():

@@ -8,13 +8,14 @@ The controller (engine/control.py) picks each round's drafter and length by expe
 per millisecond, from its estimates. Where those are off for one kind of round, it picks that
 kind too often or too seldom, and no timing shows which. This runs the shipped pair's completion
 pipeline in process, as the server builds it (default settings), over the keystroke replays
-(middle of files, end of files) and end-of-line positions of real files, and logs every round:
+(middle of files, end of files) and end-of-line positions of real files, and logs every round
+it can price (none, lookup and pair rounds once a verify cost is measured):
   planned   the tokens the plan expected (its rate times its price) and the verify pass it priced
   got       the round's new tokens (accepted + the target's own) and its measured verify time
-by round kind (none, lookup, pair; draft model rounds are priced with its prefill and catch-up,
-and left out) and lookup class. Then prompt lookup's chains (lookup and pair rounds) by class:
-how often the target wrote each of their first tokens, given the ones before, apart for proposals
-whose other candidate parted from them ("contested": engine/control.py, CONTESTED).
+by round kind (draft model rounds are priced with its prefill and catch-up, and left out),
+lookup class, and whether lookup's other proposal parted from the one taken ("contested":
+engine/control.py, CONTESTED). Then prompt lookup's chains (lookup and pair rounds) by class and
+contested or not: how often the target wrote each of their first tokens, given the ones before.
 Figures are means over rounds; a good estimate gives got / planned near 1.
 """
 from __future__ import annotations
@@ -47,10 +48,9 @@ def planned(controller, plan) -> tuple[float, float] | None:
     for plans made before any cost was measured."""
     if plan.expected_rate <= 0 or plan.drafter not in ("none", "lookup", "pair"):
         return None
-    if plan.drafter == "pair":   # (an engine before tree passes had their own fit: the chains')
-        tree = getattr(controller, "tree_verify", None)
-        cost = tree if tree is not None and tree.seen else controller.verify
-        ms = cost(1 + plan.k + plan.other_k)
+    if plan.drafter == "pair":   # a chain pass of its width and the extra a tree pass costs
+        # (an engine before that extra: priced as a chain)
+        ms = controller.verify(1 + plan.k + plan.other_k) + getattr(controller, "tree_extra_ms", 0.0)
     else:
         ms = controller.verify(plan.k + 1)
     return plan.expected_rate * ms, ms
@@ -62,19 +62,21 @@ def instrument(rounds: list[Round]):
     from engine.kv import common_prefix_len
 
     plan_fn, record_fn = control.DraftController.plan, generate._record
-    pending: list[Round | None] = []
+    pending: dict = {}     # the last plan -> its Round (a round is recorded with its own plan)
 
     def plan(self, lookup, *args, **kwargs):
         p = plan_fn(self, lookup, *args, **kwargs)
         priced = planned(self, p)
         cls = control.lookup_class(p.lookup_match, p.lookup_source) if p.drafter != "none" else None
         contested = lookup.other_tokens > 0   # (as the plan tells the classes apart, CONTESTED)
-        pending[:] = [None if priced is None else Round(p.drafter, p.k, cls or "-", contested, *priced)]
+        pending.clear()
+        if priced is not None:
+            pending[id(p)] = (p, Round(p.drafter, p.k, cls or "-", contested, *priced))
         return p
 
     def record(prop, accepted, verify_ms, stats, memory, settings):
-        r = pending.pop() if pending else None
-        if r is not None:
+        p, r = pending.pop(id(prop.plan), (None, None))
+        if r is not None and p is prop.plan:
             r.got_tokens, r.got_ms = len(accepted) + 1, verify_ms
             r.chain_accepted = common_prefix_len(accepted, prop.chains[0]) if r.kind == "pair" else len(accepted)
             rounds.append(r)
@@ -90,14 +92,15 @@ def instrument(rounds: list[Round]):
 def plan_table(rounds: list[Round]) -> list[str]:
     groups = defaultdict(list)
     for r in rounds:
-        groups[(r.kind, r.cls)].append(r)
-    lines = ["| round | class | rounds | k | tokens planned | got | got / planned | verify ms priced | measured |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for (kind, cls), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        groups[(r.kind, r.cls, r.contested)].append(r)
+    lines = ["| round | class | contested | rounds | k | tokens planned | got | got / planned | verify ms priced "
+             "| measured |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (kind, cls, contested), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         n = len(rs)
         p, g = sum(r.planned_tokens for r in rs) / n, sum(r.got_tokens for r in rs) / n
-        lines.append(f"| {kind} | {cls} | {n} | {sum(r.k for r in rs) / n:.1f} | {p:.2f} | {g:.2f} | {g / p:.2f} "
-                     f"| {sum(r.planned_ms for r in rs) / n:.2f} | {sum(r.got_ms for r in rs) / n:.2f} |")
+        lines.append(f"| {kind} | {cls} | {'yes' if contested else 'no'} | {n} | {sum(r.k for r in rs) / n:.1f} "
+                     f"| {p:.2f} | {g:.2f} | {g / p:.2f} | {sum(r.planned_ms for r in rs) / n:.2f} "
+                     f"| {sum(r.got_ms for r in rs) / n:.2f} |")
     return lines
 
 

@@ -16,10 +16,10 @@ tree (OTHER_PRIOR), and takes the best rate. A tree of a lookup chain of kl toke
 chain of km yields 1 + sum over depths i of P(some chain holds to depth i); with L_i and M_i the
 chains' products p_1...p_i and the two taken as independent, that is
 E = 1 + sum L_i + sum M_i - sum_{i <= min(kl, km)} L_i M_i, and it costs the model's km steps plus
-a tree pass of 1 + kl + km tokens, priced by its own fit (`tree_verify`): its mask, its gathered
-positions, moving the accepted path's keys and values into place and walking the tree cost
-more than a chain pass of the same width (on the shipped target ~0.2-0.3 ms a pass, about a
-tenth of such a round: priced as chains, trees were chosen where they did not pay). Prompt lookup's
+a tree pass of 1 + kl + km tokens: a chain pass of that width plus what a tree pass measurably
+costs beyond one (`tree_extra_ms`): its mask, its gathered positions, moving the accepted path's
+keys and values into place and walking the tree (on the shipped target 0.1-0.3 ms a pass, about a
+tenth of such a round: priced as chains, pairs were chosen where they did not pay). Prompt lookup's
 acceptance is kept by how long a match its proposal followed (LOOKUP_CLASSES), apart for copies
 from the documents beyond the prompt (DOCUMENT_CLASS), and apart, by match length, for proposals
 from the datastore of the target's own answers (DATASTORE_CLASSES). A drafter that
@@ -47,6 +47,7 @@ CLIP_SPREADS = 1.0
 SPREAD_CAP = 2.0
 SPREAD_FLOOR = 0.05
 PRIOR_ROUNDS = 2.0      # pseudo-rounds behind the prior acceptance
+TREE_EXTRA_MAX = 1.0    # a tree pass counts as costing at most this many chain passes beyond one
 
 # Prompt-lookup proposals by how many tokens matched before them (Draft.match). Their acceptance
 # differs by far (the shipped target's greedy continuations of 36 held-out code positions: the
@@ -69,16 +70,18 @@ DOCUMENT_SOURCES = (DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE)                # (en
 DATASTORE_SOURCE = "datastore"
 DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
                      ("datastore 8-15", 8, 0.75), ("datastore 16+", 16, 0.9))
-# The store's proposals taken where the text's own proposal says otherwise (the two part within
-# the tokens offered: Draft.other) keep estimates of their own. Contested, the store is right
-# less often: in `python -m bench.calibration` on the engine before this split (e882df9,
-# 2026-12-06) the shipped target wrote the first token of a contested 16+ proposal 0.75 of the
-# time against 0.89 uncontested, 8-15 0.74 against 0.86, 4-7 0.60 against 0.69. Pooled, those
-# classes were priced for a mix, and pairs built on contested proposals gave 0.74-0.88 of the
-# tokens planned. The text's own proposals hold their acceptance where the store disagrees
-# (0.93 either way after 6+ matched tokens), so they are not split.
+# A proposal taken where lookup's other proposal says otherwise (the text's copy and the
+# store's part within the tokens offered: Draft.other) is "contested", and keeps estimates of its
+# own. Contested, the store is right less often and the text's short matches more often: in
+# `python -m bench.calibration` on the engine before this split (e882df9, 2026-12-06) the
+# shipped target wrote the first token of a contested store proposal after 16+ matched ids 0.74
+# of the time against 0.90 uncontested, 8-15 0.73 against 0.85, 4-7 0.59 against 0.68, and of a
+# contested text proposal after 1-2 matched tokens 0.42 against 0.32 (3-5: 0.74 / 0.72, 6+: 0.94
+# / 0.93). Pooled, those classes were priced for a mix: the pairs, all on contested proposals,
+# gave 0.80-0.99 of the tokens planned. (Copies from the documents are not split.)
 CONTESTED = " contested"
-CONTESTED_PRIORS = {"datastore 1-3": 0.35, "datastore 4-7": 0.6, "datastore 8-15": 0.7, "datastore 16+": 0.75}
+CONTESTED_PRIORS = {"match 1-2": 0.4, "match 3-5": 0.75, "match 6+": 0.9, "datastore 1-3": 0.35,
+                    "datastore 4-7": 0.6, "datastore 8-15": 0.75, "datastore 16+": 0.75}
 # When prompt lookup has two proposals that part (the text's copy and the datastore's,
 # engine/lookup.py: `Draft.other`), at once or after s common tokens, the one it left can be
 # verified beside the one it took, as a tree that branches at depth s: at most one of them is
@@ -103,7 +106,7 @@ def lookup_class(match: int, source: str = "", contested: bool = False) -> str |
     for label, fewest, _ in DATASTORE_CLASSES if source == DATASTORE_SOURCE else LOOKUP_CLASSES:
         if match >= fewest:
             name = label
-    if name is not None and contested and source == DATASTORE_SOURCE:
+    if name is not None and contested:
         return name + CONTESTED
     return name
 
@@ -238,7 +241,8 @@ class DrafterEstimate:
             ms = lambda v: None if v is None else round(v, 3)  # noqa: E731
             self._summary = (key, {"acceptance_by_position": [round(p, 3) for p in self.acceptance(8)],
                                    "step_ms": ms(self.step_ms), "begin_ms": ms(self.begin_ms), "rounds": self.rounds})
-        return dict(self._summary[1])
+        kept = self._summary[1]
+        return {**kept, "acceptance_by_position": list(kept["acceptance_by_position"])}
 
 
 @dataclass
@@ -282,7 +286,7 @@ class VerifyCost:
         one, doubling, token = key
         out = [max(1e-6, one + doubling * _LOG2[w] + token * (w - 1)) for w in range(n)]
         self._kept = (key, out)
-        return out
+        return out[:]
 
     def record(self, width: int, ms: float) -> None:
         if not self.seen:   # the prior's shape, scaled to this measurement at its width
@@ -377,11 +381,6 @@ class Plan:
     probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
 
 
-def _fit(cost: VerifyCost) -> dict:
-    return {"width_1": round(cost(1), 3), "per_doubling": round(cost.per_doubling_ms, 3),
-            "per_extra_token": round(cost.per_token_ms, 3)}
-
-
 def _cumulative(est: DrafterEstimate, k: int) -> tuple[list[float], list[float]]:
     """For i = 0..k (k <= MAX_K): the sum of the chain products p_1...p_j for j <= i, and the products."""
     sums, chains = est.cumulative()
@@ -401,7 +400,10 @@ class DraftController:
     lookup_other: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=OTHER_PRIOR, step_ms=0.0))
     model: DrafterEstimate = field(default_factory=lambda: DrafterEstimate(prior=0.6))
     verify: VerifyCost = field(default_factory=VerifyCost)
-    tree_verify: VerifyCost = field(default_factory=VerifyCost)   # the same for tree passes (trees, pairs)
+    # What a tree pass (a tree, a pair) costs beyond a chain pass of its width: 0 until one is
+    # measured, then an average of (measured - chain price), each pass counted between 0 and
+    # TREE_EXTRA_MAX chain passes (one slow pass cannot price trees out for long)
+    tree_extra_ms: float = 0.0
     # The draft model's first pass of a round, by its width: it catches up on the tokens written
     # since it last ran (DraftWork) and does its text bookkeeping, so it costs more than a step
     # (measured at end of line with the shipped pair: 1.4-2.9 ms for 2-21 tokens, a step ~1.1).
@@ -449,10 +451,9 @@ class DraftController:
         other_k = min(lookup.other_tokens, max_k)
         # self.verify(w) (at least 1e-6) for every width lookup's chain or a pair can have, and 2
         # (the draft model's chains and trees are wider: priced below, in the rounds that price
-        # them); a tree pass by its own fit, once one was measured (until then as a chain: tried,
-        # then priced)
+        # them); a tree pass at that price plus the extra measured for tree passes
         verify = self.verify.widths(3 + lookup_k + other_k)
-        tree_verify = self.tree_verify.widths(len(verify)) if self.tree_verify.seen else verify
+        tree_verify = self._tree_widths(verify)
         l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first
@@ -484,7 +485,7 @@ class DraftController:
             bound = (1 + l_sums[-1] + m_sums[-1]) / (begin + step + verify[2])
             if bound > best.expected_rate or self.since_model >= self.probe_every["model"]:
                 verify = self.verify.widths(2 + lookup_k + max_k)
-                tree_verify = self.tree_verify.widths(len(verify)) if self.tree_verify.seen else verify
+                tree_verify = self._tree_widths(verify)
                 best_k, best_rate = 0, 0.0
                 for k in range(1, max_k + 1):
                     rate = (1 + m_sums[k]) / (begin + k * step + verify[k + 1])
@@ -590,7 +591,7 @@ class DraftController:
         self._count(plan)
         if self.frozen:
             return
-        self.tree_verify.record(width, verify_ms)
+        self._record_tree_pass(width, verify_ms)
         if begin_ms is not None:
             self.model.record_begin(begin_ms)
         self._record_lookup(plan, plan.lookup_k, *lookup, 0.0)
@@ -605,10 +606,23 @@ class DraftController:
         self._count(plan)
         if self.frozen:
             return
-        self.tree_verify.record(width, verify_ms)
+        self._record_tree_pass(width, verify_ms)
         self._record_lookup(plan, plan.k, *taken, 0.0)
         if other is not None:
             self.lookup_other.record(plan.other_k, *other, 0.0)
+
+    def _tree_widths(self, verify: list[float]) -> list[float]:
+        """A tree pass's price by width, from the chains' (`verify`)."""
+        extra = self.tree_extra_ms
+        return [v + extra for v in verify] if extra else verify
+
+    def _record_tree_pass(self, width: int, ms: float) -> None:
+        """A tree pass of `width` tokens took `ms`: what it cost beyond a chain pass of that width
+        moves the extra (the chain fit itself learns from chain passes only)."""
+        if not self.verify.seen:
+            return
+        chain = self.verify(width)
+        self.tree_extra_ms += COST_EMA * (max(0.0, min(ms - chain, TREE_EXTRA_MAX * chain)) - self.tree_extra_ms)
 
     def _record_first(self, work: DraftWork | None) -> None:
         if work is not None and work.steps:
@@ -634,7 +648,9 @@ class DraftController:
     def summary(self) -> dict:
         return {"rounds": self.rounds, "rounds_by_kind": dict(self.rounds_by_kind),
                 "probe_every": dict(self.probe_every),
-                "verify_ms": _fit(self.verify), "tree_verify_ms": _fit(self.tree_verify) if self.tree_verify.seen else None,
+                "verify_ms": {"width_1": round(self.verify(1), 3), "per_doubling": round(self.verify.per_doubling_ms, 3),
+                              "per_extra_token": round(self.verify.per_token_ms, 3)},
+                "tree_extra_ms": round(self.tree_extra_ms, 3),
                 "lookup": self.lookup.summary(), "lookup_other": self.lookup_other.summary(),
                 "model": self.model.summary(),
                 "model_first_pass_ms": dict(zip(("width_1", "per_extra_token"),

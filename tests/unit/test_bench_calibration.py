@@ -24,10 +24,10 @@ def test_a_quick_run_prints_both_tables(capsys):
     assert code == 0, err
     total = int(out.split()[0])
     plans = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| ") and "class |" not in line
-             and not line.startswith("|---") and len(line.split("|")) == 11]
-    assert total > 50 and sum(int(r[2]) for r in plans) == total
+             and not line.startswith("|---") and len(line.split("|")) == 12]
+    assert total > 50 and sum(int(r[3]) for r in plans) == total
     none = [r for r in plans if r[0].strip() == "none"]
-    assert none and float(none[0][4]) == 1.0 and float(none[0][5]) == 1.0   # one token, as planned
+    assert none and float(none[0][5]) == 1.0 and float(none[0][6]) == 1.0   # one token, as planned
     assert any(r[0].strip() == "lookup" for r in plans)
     accept = [line.split("|")[3:-1] for line in out.splitlines() if line.startswith("| ") and line.count("|") == 6
               and "position" not in line]

@@ -152,7 +152,7 @@ def test_copies_from_the_documents_keep_their_own_estimate():
 def test_a_contested_store_proposal_keeps_its_own_estimate():
     """The store's proposal where the text's own proposal parts from it is learned apart: right
     twice then wrong here, it is drafted two long, while the same store class uncontested, always
-    right, is drafted whole; the text's proposals are not split."""
+    right, is drafted whole; the text's proposals are split alike, copies from the documents not."""
     from engine.control import CONTESTED, DATASTORE_SOURCE, Plan, lookup_class
     c = controller(verify_one=5.0, per_token=1.0)
     store = dict(lookup_match=12, lookup_source=DATASTORE_SOURCE)
@@ -168,7 +168,8 @@ def test_a_contested_store_proposal_keeps_its_own_estimate():
     by_class = c.summary()["lookup_by_class"]
     assert by_class[name + CONTESTED]["acceptance_by_position"][2] < 0.1
     assert by_class[name]["acceptance_by_position"][2] > 0.9
-    assert lookup_class(12, "prompt", contested=True) == lookup_class(12, "prompt")
+    assert lookup_class(12, "prompt", contested=True) == lookup_class(12, "prompt") + CONTESTED
+    assert lookup_class(12, "document", contested=True) == lookup_class(12, "document")
 
 
 def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them():

@@ -65,18 +65,23 @@ def test_costly_width_keeps_trees_off():
 
 
 def test_a_tree_round_measures_the_verify_cost_of_its_width():
-    """Tree passes are priced by their own fit: a costly tree pass keeps trees off, and leaves
-    the chains' price as it was."""
+    """Tree passes are priced as a chain pass of their width plus what they measurably cost
+    beyond one: a costly tree pass keeps trees off, and leaves the chains' price as it was; one
+    pass far slower than that counts as at most TREE_EXTRA_MAX chain passes more."""
+    from engine.control import TREE_EXTRA_MAX
     c = controller(verify_one=4.0, per_token=0.05)
     assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter == "tree"
     for _ in range(40):
-        c.record_tree(Plan("tree", 4, 1.0, 4), (4, 0), (4, 0), 9, 0.4, 4.0 + 8 * 2.0)
+        c.record_tree(Plan("tree", 4, 1.0, 4), (4, 0), (4, 0), 9, 0.4, 4.4 + 3.0)   # 3 ms beyond a chain
         c.lookup.evaluated, c.lookup.accepted = [1e6] * 16, [5e5] * 16   # keep the chains' estimates
         c.model.evaluated, c.model.accepted = [1e6] * 16, [5e5] * 16
-    assert c.tree_verify(9) > 16.0    # measured 20 ms at width 9
+    assert 2.9 < c.tree_extra_ms < 3.0
     assert c.verify(9) == pytest.approx(4.4)   # chains: as before
     assert c.plan(LookupOffer(6), has_model=True, max_k=16, tree_ok=True).drafter != "tree"
-    assert c.summary()["tree_verify_ms"]["width_1"] > c.summary()["verify_ms"]["width_1"]
+    assert c.summary()["tree_extra_ms"] == pytest.approx(c.tree_extra_ms, abs=1e-3)
+    slow = controller(verify_one=4.0, per_token=0.05)
+    slow.record_tree(Plan("tree", 4, 1.0, 4), (4, 0), (4, 0), 9, 0.4, 100.0)     # one pass, far off
+    assert slow.tree_extra_ms == pytest.approx(0.1 * TREE_EXTRA_MAX * 4.4)
 
 
 def test_a_tree_round_teaches_both_chains_and_is_counted():

@@ -65,8 +65,7 @@ def test_the_controller_pairs_while_the_other_proposal_pays():
     assert c.plan(LookupOffer(6, other_tokens=4), has_model=False, max_k=16, tree_ok=False).drafter == "lookup"
     assert c.plan(LookupOffer(6), has_model=False, max_k=16, tree_ok=True).drafter == "lookup"
     # measured: the other proposal is never right, and a wider pass costs more -> no more pairs
-    live = DraftController(verify=VerifyCost(one_ms=1.0, per_doubling_ms=0.3, seen=True),
-                           tree_verify=VerifyCost(one_ms=1.0, per_doubling_ms=0.3, seen=True))
+    live = DraftController(verify=VerifyCost(one_ms=1.0, per_doubling_ms=0.3, seen=True))
     for _ in range(30):
         plan = live.plan(LookupOffer(6, other_tokens=4), has_model=False, max_k=16, tree_ok=True)
         if plan.drafter == "pair":

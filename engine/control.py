@@ -270,7 +270,6 @@ class VerifyCost:
     per_token_ms: float = 0.0
     spread_ms: float = 0.0      # typical |error| of one measurement against the fit
     seen: bool = False
-    _kept: tuple | None = field(default=None, init=False, repr=False, compare=False)  # the last `widths`
 
     def __call__(self, width: int) -> float:
         return self.one_ms + self.per_doubling_ms * _LOG2[width] + self.per_token_ms * (width - 1)
@@ -279,14 +278,8 @@ class VerifyCost:
         """verify(w) for w = 0 .. n - 1, each at least 1e-6 (the plan divides by them). The same
         sums as __call__, in the same order (the same floats), without a call per width: the
         plan asks for up to 40 widths every round."""
-        key = (self.one_ms, self.per_doubling_ms, self.per_token_ms)
-        kept = self._kept
-        if kept is not None and kept[0] == key and len(kept[1]) >= n:   # a fit no round has moved
-            return kept[1][:n]
-        one, doubling, token = key
-        out = [max(1e-6, one + doubling * _LOG2[w] + token * (w - 1)) for w in range(n)]
-        self._kept = (key, out)
-        return out[:]
+        one, doubling, token = self.one_ms, self.per_doubling_ms, self.per_token_ms
+        return [max(1e-6, one + doubling * _LOG2[w] + token * (w - 1)) for w in range(n)]
 
     def record(self, width: int, ms: float) -> None:
         if not self.seen:   # the prior's shape, scaled to this measurement at its width
@@ -451,9 +444,8 @@ class DraftController:
         other_k = min(lookup.other_tokens, max_k)
         # self.verify(w) (at least 1e-6) for every width lookup's chain or a pair can have, and 2
         # (the draft model's chains and trees are wider: priced below, in the rounds that price
-        # them); a tree pass at that price plus the extra measured for tree passes
+        # them); a tree pass at that price plus the extra measured for tree passes (_tree_widths)
         verify = self.verify.widths(3 + lookup_k + other_k)
-        tree_verify = self._tree_widths(verify)
         l_sums, l_chains = _cumulative(lookup_est, lookup_k)   # 1 + l_sums[k] = expected_tokens(k)
         best = Plan("none", 0, 1.0 / verify[1])
         # Each drafter's best k, as plain numbers (a Plan is made only for the winner): the first
@@ -466,7 +458,7 @@ class DraftController:
         best_lookup = Plan("lookup", best_k, best_rate) if best_k else None
         if best_lookup is not None and best_lookup.expected_rate > best.expected_rate:
             best = best_lookup
-        best_pair = self._best_pair(l_sums, l_chains, lookup.other_from, other_k, tree_verify) \
+        best_pair = self._best_pair(l_sums, l_chains, lookup.other_from, other_k, self._tree_widths(verify)) \
             if lookup_k > lookup.other_from and other_k else None
         if best_pair is not None and best_pair.expected_rate > best.expected_rate:
             best = best_pair
@@ -485,7 +477,6 @@ class DraftController:
             bound = (1 + l_sums[-1] + m_sums[-1]) / (begin + step + verify[2])
             if bound > best.expected_rate or self.since_model >= self.probe_every["model"]:
                 verify = self.verify.widths(2 + lookup_k + max_k)
-                tree_verify = self._tree_widths(verify)
                 best_k, best_rate = 0, 0.0
                 for k in range(1, max_k + 1):
                     rate = (1 + m_sums[k]) / (begin + k * step + verify[k + 1])
@@ -495,7 +486,7 @@ class DraftController:
                 if best_model.expected_rate > best.expected_rate:
                     best = best_model
                 if tree_ok and lookup_k:
-                    tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), tree_verify, begin)
+                    tree = self._best_tree((l_sums, l_chains), (m_sums, m_chains), self._tree_widths(verify), begin)
                     if tree.expected_rate > best.expected_rate:
                         best = tree
         # Now and then a drafter that loses is measured again, so the estimates follow the text.

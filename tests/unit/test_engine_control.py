@@ -172,6 +172,13 @@ def test_a_contested_store_proposal_keeps_its_own_estimate():
     assert lookup_class(12, "document", contested=True) == lookup_class(12, "document")
 
 
+def test_every_class_but_the_documents_has_a_contested_twin():
+    from engine.control import CONTESTED, CONTESTED_PRIORS, DATASTORE_CLASSES, DOCUMENT_CLASS, LOOKUP_CLASSES
+    names = [n for n, _, _ in (*LOOKUP_CLASSES, *DATASTORE_CLASSES)]
+    assert sorted(CONTESTED_PRIORS) == sorted(names)
+    assert set(DraftController().lookup_by_class) == {*names, DOCUMENT_CLASS[0], *(n + CONTESTED for n in names)}
+
+
 def test_probes_of_a_drafter_that_keeps_losing_grow_rarer_and_a_win_resets_them():
     """Each probe the draft model loses doubles the wait before the next one (a probe costs its
     prefill and steps the target does not take), up to MAX_PROBE_EVERY; once the model is chosen

@@ -292,10 +292,14 @@ def lookup_lines(results: Results) -> list[str]:
     lines = []
     for workload, by_config in results.items():
         for name, rs in by_config.items():
-            proposed, written = end_of_line.documents_lookup([r.engine for r in rs if r.engine])
+            records = [r.engine for r in rs if r.engine]
+            proposed, written = end_of_line.documents_lookup(records)
             if proposed is not None:
+                read = end_of_line.read_ms(records)
+                took = f"; reading them took {sum(read) / len(read):.1f} ms a request (the most " \
+                    f"{max(read):.1f})" if read else ""
                 lines.append(f"- {workload}, {name}: {proposed} tokens proposed from the documents, "
-                             f"{written} of them written by the target too")
+                             f"{written} of them written by the target too{took}")
     if not lines:
         return []
     return ["Prompt lookup beyond the prompt (the rest of the document, other open documents):", "", *lines, ""]

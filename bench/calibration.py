@@ -13,10 +13,12 @@ it can price (none, lookup and pair rounds once a verify cost is measured):
   planned   the tokens the plan expected (its rate times its price) and the verify pass it priced
   got       the round's new tokens (accepted + the target's own) and its measured verify time
 by round kind (draft model rounds are priced with its prefill and catch-up, and left out),
-lookup class, and whether lookup's other proposal parted from the one taken ("contested":
-engine/control.py, CONTESTED). Then prompt lookup's chains (lookup and pair rounds) by class and
-contested or not: how often the target wrote each of their first tokens, given the ones before.
-Figures are means over rounds; a good estimate gives got / planned near 1.
+lookup class, whether lookup's other proposal parted from the one taken ("contested":
+engine/control.py, CONTESTED) and whether the round came at the start of the answer (the target
+had written fewer than START_TOKENS of its tokens). Then prompt lookup's chains (lookup and pair
+rounds) by class, contested or not and start or not: how often the target wrote each of their
+first tokens, given the ones before. Figures are means over rounds; a good estimate gives
+got / planned near 1.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Round:
     k: int
     cls: str                # lookup class (engine.control.lookup_class), "-" without one
     contested: bool
+    start: bool             # at the start of the answer (Plan.lookup_start)
     planned_tokens: float
     planned_ms: float
     got_tokens: int = 0
@@ -71,7 +74,7 @@ def instrument(rounds: list[Round]):
         contested = lookup.other_tokens > 0   # (as the plan tells the classes apart, CONTESTED)
         pending.clear()
         if priced is not None:
-            pending[id(p)] = (p, Round(p.drafter, p.k, cls or "-", contested, *priced))
+            pending[id(p)] = (p, Round(p.drafter, p.k, cls or "-", contested, p.lookup_start, *priced))
         return p
 
     def record(prop, accepted, verify_ms, stats, memory, settings):
@@ -92,27 +95,31 @@ def instrument(rounds: list[Round]):
 def plan_table(rounds: list[Round]) -> list[str]:
     groups = defaultdict(list)
     for r in rounds:
-        groups[(r.kind, r.cls, r.contested)].append(r)
-    lines = ["| round | class | contested | rounds | k | tokens planned | got | got / planned | verify ms priced "
-             "| measured |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for (kind, cls, contested), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        groups[(r.kind, r.cls, r.contested, r.start)].append(r)
+    lines = ["| round | class | contested | start | rounds | k | tokens planned | got | got / planned "
+             "| verify ms priced | measured |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (kind, cls, contested, start), rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         n = len(rs)
         p, g = sum(r.planned_tokens for r in rs) / n, sum(r.got_tokens for r in rs) / n
-        lines.append(f"| {kind} | {cls} | {'yes' if contested else 'no'} | {n} | {sum(r.k for r in rs) / n:.1f} "
+        lines.append(f"| {kind} | {cls} | {_yes(contested)} | {_yes(start)} | {n} | {sum(r.k for r in rs) / n:.1f} "
                      f"| {p:.2f} | {g:.2f} | {g / p:.2f} | {sum(r.planned_ms for r in rs) / n:.2f} "
                      f"| {sum(r.got_ms for r in rs) / n:.2f} |")
     return lines
 
 
-def chain_acceptance(rounds: list[Round]) -> dict[tuple[str, bool], list[tuple[int, int]]]:
-    """(class, contested) -> [(chains that reached position i, of them accepted there)] for the
-    first POSITIONS positions of lookup's chains (a position is reached when the ones before it
-    were accepted and the chain has it)."""
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def chain_acceptance(rounds: list[Round]) -> dict[tuple[str, bool, bool], list[tuple[int, int]]]:
+    """(class, contested, start) -> [(chains that reached position i, of them accepted there)] for
+    the first POSITIONS positions of lookup's chains (a position is reached when the ones before
+    it were accepted and the chain has it)."""
     out: dict = defaultdict(lambda: [(0, 0)] * POSITIONS)
     for r in rounds:
         if r.kind not in ("lookup", "pair") or r.cls == "-":
             continue
-        counts = out[(r.cls, r.contested)]
+        counts = out[(r.cls, r.contested, r.start)]
         for i in range(min(r.k, POSITIONS, r.chain_accepted + 1)):
             reached, ok = counts[i]
             counts[i] = (reached + 1, ok + (i < r.chain_accepted))
@@ -122,10 +129,10 @@ def chain_acceptance(rounds: list[Round]) -> dict[tuple[str, bool], list[tuple[i
 def acceptance_table(rounds: list[Round]) -> list[str]:
     by = chain_acceptance(rounds)
     head = " | ".join(f"position {i + 1}" for i in range(POSITIONS))
-    lines = [f"| lookup class | contested | {head} |", "|---|---|" + "---|" * POSITIONS]
-    for (cls, contested), counts in sorted(by.items()):
+    lines = [f"| lookup class | contested | start | {head} |", "|---|---|---|" + "---|" * POSITIONS]
+    for (cls, contested, start), counts in sorted(by.items()):
         cells = " | ".join(f"{ok / n:.2f} ({n})" if n else "-" for n, ok in counts)
-        lines.append(f"| {cls} | {'yes' if contested else 'no'} | {cells} |")
+        lines.append(f"| {cls} | {_yes(contested)} | {_yes(start)} | {cells} |")
     return lines
 
 

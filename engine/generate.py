@@ -309,7 +309,7 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
     # it); it shares its first `shared` tokens with the one taken, then branches
     other = _cut_at_stop(found.other.tokens, d, vocab, stop_check, None) if found.other is not None else []
     shared = common_prefix_len(lookup, other)
-    offer = LookupOffer(len(lookup), found.match, found.source, len(other) - shared, shared)
+    offer = LookupOffer(len(lookup), found.match, found.source, len(other) - shared, shared, len(d.out))
     plan = plan_round(d.drafters, memory, settings, offer, max_k, d.model_begun, tree_ok, d.model_behind)
     # The lookup search and the plan are paid whatever the plan is: they are not the drafter's
     # cost (counted in draft_ms, from which the controller learns a draft step's price).

@@ -83,7 +83,9 @@ CONTESTED = " contested"
 CONTESTED_PRIORS = {"match 1-2": 0.4, "match 3-5": 0.75, "match 6+": 0.9, "datastore 1-3": 0.35,
                     "datastore 4-7": 0.6, "datastore 8-15": 0.75, "datastore 16+": 0.75}
 # A proposal at the start of an answer: the target has written fewer than START_TOKENS tokens of
-# it before the round (Plan.lookup_start).
+# it before the round (Plan.lookup_start). Such proposals are right far less often, but the
+# controller prices them with the rest of their class: priced apart, its plans came true and no
+# request got faster (README, "Proposals at the start of an answer"). bench.calibration reports them.
 START_TOKENS = 2
 # When prompt lookup has two proposals that part (the text's copy and the datastore's,
 # engine/lookup.py: `Draft.other`), at once or after s common tokens, the one it left can be

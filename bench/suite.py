@@ -296,8 +296,8 @@ def lookup_lines(results: Results) -> list[str]:
             proposed, written = end_of_line.documents_lookup(records)
             if proposed is not None:
                 read = end_of_line.read_ms(records)
-                took = f"; reading them took {sum(read) / len(read):.1f} ms a request (the most " \
-                    f"{max(read):.1f})" if read else ""
+                took = f"; {len(read)} of {len(records)} requests read them, in {sum(read) / len(read):.1f} ms " \
+                    f"(the most {max(read):.1f})" if read else f"; none of {len(records)} requests read them"
                 lines.append(f"- {workload}, {name}: {proposed} tokens proposed from the documents, "
                              f"{written} of them written by the target too{took}")
     if not lines:

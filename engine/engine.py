@@ -90,10 +90,12 @@ class Engine:
     def warm_lookup(self, texts: Sequence[LookupText], settings: GenerationSettings | None = None,
                     stop: Callable[[], bool] = lambda: False) -> int:
         """Tokenize the blocks prompt lookup will read in `texts` ahead of the requests that read
-        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup or where
-        requests with `settings` would not use it."""
+        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup, where
+        requests with `settings` would not use it, or where they skip the documents for now
+        (reading them has not paid: DocumentsWorth)."""
         lookup = self.drafters.lookup
-        if lookup is None or lookup.index is None or (settings is not None and not self._lookup_used(settings)):
+        if lookup is None or lookup.index is None or (settings is not None and not self._lookup_used(settings)) \
+                or not lookup.documents_worth.wanted():
             return 0
         return lookup.index.warm(texts, stop=stop)
 

@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .control import DOCUMENT_SOURCE, OPEN_DOCUMENTS_SOURCE
+from .control import DOCUMENT_SOURCE, DOCUMENT_SOURCES, OPEN_DOCUMENTS_SOURCE
 from .datastore import MAX_MATCH as STORE_MAX_MATCH, Datastore
 from .drafters import Draft
 
@@ -391,6 +391,32 @@ def _match_len(ids, end: int, seq: list[int]) -> int:
     return m
 
 
+# Reading the documents (cutting them into blocks, tokenizing and indexing those not cached: 1-13
+# ms a request at end-of-line positions of real files, `python -m bench.suite`) pays only where
+# the target copies from them. Requests skip them where, on average over the requests that read
+# them, their proposals saved less than reading took (DocumentsWorth), and every
+# DOCUMENTS_PROBE-th request reads them again.
+DOCUMENTS_PROBE = 16
+DOCUMENTS_EMA = 0.25      # weight of the latest request that read them
+
+
+@dataclass
+class DocumentsWorth:
+    """Whether reading the documents pays: a running average, over the requests that read them,
+    of the ms their proposals could have saved (the tokens of them the target wrote too, whether
+    drafted or not, at one target step each) less the ms the read took (None: no request has
+    read them yet)."""
+    gain_ms: float | None = None
+    skipped: int = 0          # requests in a row that skipped them
+
+    def wanted(self) -> bool:
+        return self.gain_ms is None or self.gain_ms >= 0 or self.skipped >= DOCUMENTS_PROBE - 1
+
+    def record(self, read_ms: float, tokens: int, step_ms: float) -> None:
+        gain = tokens * step_ms - read_ms
+        self.gain_ms = gain if self.gain_ms is None else self.gain_ms + DOCUMENTS_EMA * (gain - self.gain_ms)
+
+
 @dataclass
 class LookupStats:
     """What one request's lookup proposed, by where it found it, and how much of it the target
@@ -437,6 +463,9 @@ class NgramDrafter:
         self.corpus = Corpus()
         # what the request gave `read`, until its first search needs the blocks (_documents)
         self._unread: tuple[Sequence[LookupText], int] | None = None
+        self.documents_worth = DocumentsWorth()
+        self._read_documents = False    # the request read them (its corpus is theirs)
+        self._skipped_documents = False
         self.stats = LookupStats()
         self._last: tuple[str, int, list[int]] | None = None   # (source, where in seq it starts, tokens)
         self._prompt_len: int | None = None     # the request's prompt, seen at its first proposal
@@ -467,6 +496,11 @@ class NgramDrafter:
         the prefill's token ends (a quarter of the keystroke replay's) never pays for them."""
         self.stats, self._last, self._prompt_len = LookupStats(), None, None
         self.corpus = Corpus()
+        self._read_documents = False
+        self._skipped_documents = bool(texts) and self.index is not None and not self.documents_worth.wanted()
+        if self._skipped_documents:
+            self.documents_worth.skipped += 1
+            texts = ()
         self._unread = (texts, max_tokens) if texts and self.index is not None else None
 
     def _documents(self) -> Corpus:
@@ -475,13 +509,15 @@ class NgramDrafter:
             texts, max_tokens = self._unread
             self._unread = None
             self.corpus = self.index.corpus(texts, max_tokens)
+            self._read_documents, self.documents_worth.skipped = True, 0
         return self.corpus
 
     def summary(self) -> dict:
         """The latest request's lookup: proposals, tokens proposed and tokens the target wrote
         too, by where they were found; the blocks and tokens it read beyond the prompt, the
-        tokens it had to tokenize for that and the time it took; blocks tokenized since the start
-        (cache misses) and tokens tokenized ahead of requests (`BlockIndex.warm`)."""
+        tokens it had to tokenize for that and the time it took, or that it skipped them
+        (DocumentsWorth) and what reading them has gained on average; blocks tokenized since the
+        start (cache misses) and tokens tokenized ahead of requests (`BlockIndex.warm`)."""
         out = self.stats.as_dict()
         if self.index is not None:
             s = self.index.stats
@@ -489,14 +525,22 @@ class NgramDrafter:
                        read_tokenized=s.last_tokenized if self.corpus.blocks else 0,
                        read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
                        blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens,
-                       warmed_tokens=s.tokens_warmed)
+                       warmed_tokens=s.tokens_warmed, documents_skipped=self._skipped_documents,
+                       documents_gain_ms=None if self.documents_worth.gain_ms is None
+                       else round(self.documents_worth.gain_ms, 3))
         return out
 
-    def remember(self, completion: list[int]) -> None:
+    def remember(self, completion: list[int], step_ms: float | None = None) -> None:
+        """The request's answer: scores lookup's last proposal, keeps the answer for later
+        requests, and where the request read the documents and `step_ms` (a target step's cost)
+        is known, what reading them gained (DocumentsWorth)."""
         if self._last is not None and self._prompt_len is not None:
             source, at, tokens = self._last
             self._score(source, completion[at - self._prompt_len:], tokens)
         self._last, self._prompt_len = None, None
+        if self._read_documents and step_ms is not None:
+            written = sum(self.stats.agreed.get(source, 0) for source in DOCUMENT_SOURCES)
+            self.documents_worth.record(self.index.stats.last_ms, written, step_ms)
         if len(completion) > self.max_ngram:
             self.history.append(list(completion))
             self._join_history()

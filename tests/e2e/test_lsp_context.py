@@ -109,7 +109,11 @@ async def test_malformed_context_reports_are_one_log_line(client):
 async def test_an_opened_document_is_read_for_prompt_lookup_before_its_first_request(client):
     """Opening a document tokenizes its blocks for prompt lookup on the idle worker
     (lsp/documents.py warm_lookup): the first request in it reads the whole document beyond its
-    prompt but tokenizes only the blocks at its cursor."""
+    prompt but tokenizes only the blocks at its cursor. (Models loaded afresh: the earlier tests'
+    requests may have found that reading the documents does not pay, and then nothing is warmed.)"""
+    reload = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=commands.RELOAD))
+    assert reload["reloading"]
+    await reset(client, SETTINGS)
     uri = "file:///work/app/opened.py"
     text = "".join(f"def opened_{i}(x, y):\n" + "".join(f"    x = x * {j} + y  # step {i}.{j}\n"
                                                          for j in range(i % 5 + 1)) + "\n" for i in range(300))

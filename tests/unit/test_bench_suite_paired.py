@@ -109,7 +109,7 @@ def test_goal_c_not_slower_is_judged_by_the_paired_median_not_p50():
 
 def test_the_lookup_lines_give_what_reading_the_documents_took():
     """Per end-of-line configuration with lookup: tokens proposed from the documents, written
-    too, and the time a request spent reading them (the requests that read any blocks)."""
+    too, how many requests read them (any blocks) and the time they took."""
     def run(read_ms: float, blocks: int) -> dict:
         return {**RAN, "lookup": {"proposed": {"document": 1}, "tokens": {"document": 4},
                                   "agreed": {"document": 1}, "blocks": blocks, "read_ms": read_ms}}
@@ -119,5 +119,5 @@ def test_the_lookup_lines_give_what_reading_the_documents_took():
         "no-draft": requests({"a": 40, "b": 30})}}
     assert suite.lookup_lines(results)[2] == (
         "- end-of-line-real, default: 12 tokens proposed from the documents, 3 of them written by the "
-        "target too; reading them took 2.0 ms a request (the most 3.0)")
+        "target too; 2 of 3 requests read them, in 2.0 ms (the most 3.0)")
     assert len(suite.lookup_lines(results)) == 4     # no-draft ran no lookup: no line

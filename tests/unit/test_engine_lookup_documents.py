@@ -288,6 +288,38 @@ def test_the_documents_are_read_at_the_first_search_not_before(vocab):
     assert len(enc.texts) == read
 
 
+def test_documents_that_save_less_than_reading_them_are_skipped_and_probed_again(vocab):
+    """Requests whose document proposals the target never writes: once one has read them, the
+    next ones skip them (nothing cut or tokenized) until every DOCUMENTS_PROBE-th reads them
+    again; a request whose copy from them is written pays for the read, and they are read again."""
+    enc = CountingEncoder(vocab)
+    lines = code_lines(200)
+    d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
+    seq = vocab.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
+    elsewhere = vocab.encode_text("    pass  # something else entirely\n")
+
+    def request(written: list[int], step_ms: float = 1.0) -> dict:
+        d.read([LookupText(lines, (199, 0))])
+        d.propose(seq, b"", 12, GREEDY)
+        d.remember(written, step_ms)
+        return d.summary()
+
+    first = request(elsewhere)
+    assert first["blocks"] > 10 and not first["documents_skipped"] and first["documents_gain_ms"] < 0
+    read = len(enc.texts)
+    skipped = [request(elsewhere) for _ in range(lk.DOCUMENTS_PROBE - 1)]
+    assert all(s["documents_skipped"] and s["blocks"] == 0 for s in skipped) and len(enc.texts) == read
+    probe = request(elsewhere)
+    assert not probe["documents_skipped"] and probe["blocks"] > 10
+    assert request(elsewhere)["documents_skipped"]
+    for _ in range(lk.DOCUMENTS_PROBE - 2):
+        request(elsewhere)
+    copy = d.propose(seq, b"", 12, GREEDY).tokens           # what the document says comes next
+    paid = request(copy, step_ms=100.0)                     # the probe, and the target writes the copy
+    assert not paid["documents_skipped"] and paid["documents_gain_ms"] > 0
+    assert not request(elsewhere)["documents_skipped"]      # read again: on average it paid
+
+
 def test_the_text_after_the_cursor_is_not_proposed_after_the_text_before_it(vocab):
     lines = ["def unique_name_here(alpha, beta):", "    return alpha ** beta + 12345", ""]
     d = drafter_on(vocab, lines, (1, len("    return alpha")))
@@ -380,6 +412,7 @@ def test_code_far_above_the_window_is_drafted_and_verified(engines):
     assert found["proposed"]["document"] >= 1 and found["blocks"] > 10
     assert found["agreed"]["document"] >= 0.8 * far_stats["new_tokens"]
     assert far_stats["accepted"] > near_stats["accepted"] and far_stats["rounds"] < near_stats["rounds"]
+    assert found["documents_gain_ms"] > 0       # the copy saved more than reading the documents took
 
 
 def test_code_in_another_open_document_is_drafted_and_verified(engines):
@@ -433,9 +466,13 @@ def test_lookup_texts_do_nothing_without_lookup(engines):
 
 def test_documents_are_not_warmed_for_requests_that_do_not_read_them(engines):
     """A draft model under the old +2/-1 rule drafts alone: its requests never read the documents,
-    so opening one tokenizes nothing for them; the cost-aware default does read them."""
+    so opening one tokenizes nothing for them; the cost-aware default does read them, unless its
+    requests skip them for now (reading them has not paid)."""
     from engine.settings import GenerationSettings
     text = [LookupText(code_lines(200, "warmed"))]
     assert engines["default"].warm_lookup(text, GenerationSettings(draft_control="heuristic")) == 0
     assert engines["none"].warm_lookup(text, GenerationSettings()) == 0        # no lookup at all
-    assert engines["default"].warm_lookup(text, GenerationSettings()) > 1000
+    fresh = fresh_lookup()
+    assert fresh.warm_lookup(text, GenerationSettings()) > 1000
+    fresh.drafters.lookup.documents_worth.record(read_ms=5.0, tokens=0, step_ms=1.0)
+    assert fresh.warm_lookup([LookupText(code_lines(200, "other"))], GenerationSettings()) == 0

@@ -457,8 +457,11 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     stop_reason = stop_reason or "max_tokens"
 
     if d.drafters.lookup is not None:
-        verify = memory.controller.verify   # (measured under the cost-aware controller only)
-        d.drafters.lookup.remember(d.out, verify(1) if auto and not heuristic and verify.seen else None)
+        # what reading the documents gained, judged by a target step's cost: measured under the
+        # cost-aware controller only; a cancelled request paid the read for part of an answer
+        verify = memory.controller.verify
+        judged = auto and not heuristic and verify.seen and stop_reason != "cancelled"
+        d.drafters.lookup.remember(d.out, verify(1) if judged else None)
     stats.new_tokens = len(d.out)
     stats.target_calls = session.forward_calls - calls0
     stats.target_forward_ms = session.forward_ms - fwd0

@@ -402,19 +402,20 @@ DOCUMENTS_EMA = 0.25      # weight of the latest request that read them
 
 @dataclass
 class DocumentsWorth:
-    """Whether reading the documents pays: a running average, over the requests that read them,
-    of the ms their proposals could have saved (the tokens of them the target wrote too, whether
-    drafted or not, at one target step each) less the ms the read took (None: no request has
-    read them yet)."""
-    gain_ms: float | None = None
-    skipped: int = 0          # requests in a row that skipped them
+    """Whether reading the documents pays: a running average, over the requests that read any
+    blocks of them and ran to their end, of the ms their proposals could have saved (the tokens
+    of them the target wrote too, drafted or not, at one target step each) less the ms the read
+    took. It starts at 0 (read), so that one cold first read, which tokenizes what later reads
+    find cached, does not shut them out for long."""
+    gain_ms: float = 0.0
+    skipped: int = 0          # requests since the last one that measured them
 
     def wanted(self) -> bool:
-        return self.gain_ms is None or self.gain_ms >= 0 or self.skipped >= DOCUMENTS_PROBE - 1
+        return self.gain_ms >= 0 or self.skipped >= DOCUMENTS_PROBE
 
     def record(self, read_ms: float, tokens: int, step_ms: float) -> None:
-        gain = tokens * step_ms - read_ms
-        self.gain_ms = gain if self.gain_ms is None else self.gain_ms + DOCUMENTS_EMA * (gain - self.gain_ms)
+        self.gain_ms += DOCUMENTS_EMA * (tokens * step_ms - read_ms - self.gain_ms)
+        self.skipped = 0
 
 
 @dataclass
@@ -490,17 +491,22 @@ class NgramDrafter:
         self._history_ids, self._history_starts = ids, starts
         self._history_bytes = array("i", ids).tobytes()
 
-    def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS) -> None:
+    def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS,
+             judged: bool = True) -> None:
         """The texts the next request looks up besides its own ids (none: only those). They are
         cut into blocks and tokenized at the request's first search, not here: an answer that
-        the prefill's token ends (a quarter of the keystroke replay's) never pays for them."""
+        the prefill's token ends (a quarter of the keystroke replay's) never pays for them.
+        `judged`: the request will say what a target step costs (`remember`), so it may skip
+        them where reading them has not paid (DocumentsWorth); other requests always read them."""
         self.stats, self._last, self._prompt_len = LookupStats(), None, None
         self.corpus = Corpus()
         self._read_documents = False
-        self._skipped_documents = bool(texts) and self.index is not None and not self.documents_worth.wanted()
-        if self._skipped_documents:
+        self._skipped_documents = False
+        if texts and self.index is not None and judged:
             self.documents_worth.skipped += 1
-            texts = ()
+            self._skipped_documents = not self.documents_worth.wanted()
+            if self._skipped_documents:
+                texts = ()
         self._unread = (texts, max_tokens) if texts and self.index is not None else None
 
     def _documents(self) -> Corpus:
@@ -509,7 +515,7 @@ class NgramDrafter:
             texts, max_tokens = self._unread
             self._unread = None
             self.corpus = self.index.corpus(texts, max_tokens)
-            self._read_documents, self.documents_worth.skipped = True, 0
+            self._read_documents = bool(self.corpus.blocks)   # (no blocks: nothing to judge)
         return self.corpus
 
     def summary(self) -> dict:
@@ -526,14 +532,14 @@ class NgramDrafter:
                        read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
                        blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens,
                        warmed_tokens=s.tokens_warmed, documents_skipped=self._skipped_documents,
-                       documents_gain_ms=None if self.documents_worth.gain_ms is None
-                       else round(self.documents_worth.gain_ms, 3))
+                       documents_gain_ms=round(self.documents_worth.gain_ms, 3))
         return out
 
     def remember(self, completion: list[int], step_ms: float | None = None) -> None:
         """The request's answer: scores lookup's last proposal, keeps the answer for later
-        requests, and where the request read the documents and `step_ms` (a target step's cost)
-        is known, what reading them gained (DocumentsWorth)."""
+        requests, and where the request read blocks of the documents and `step_ms` (a target
+        step's cost) is given, what reading them gained (DocumentsWorth; the engine gives no
+        step for a cancelled request, which paid the whole read for part of an answer)."""
         if self._last is not None and self._prompt_len is not None:
             source, at, tokens = self._last
             self._score(source, completion[at - self._prompt_len:], tokens)

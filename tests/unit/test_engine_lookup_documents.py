@@ -291,33 +291,35 @@ def test_the_documents_are_read_at_the_first_search_not_before(vocab):
 def test_documents_that_save_less_than_reading_them_are_skipped_and_probed_again(vocab):
     """Requests whose document proposals the target never writes: once one has read them, the
     next ones skip them (nothing cut or tokenized) until every DOCUMENTS_PROBE-th reads them
-    again; a request whose copy from them is written pays for the read, and they are read again."""
+    again; a request whose copy from them is written pays for the read, and they are read again.
+    Requests that do not judge them (no target step to judge by) always read them."""
     enc = CountingEncoder(vocab)
     lines = code_lines(200)
     d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
     seq = vocab.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
-    elsewhere = vocab.encode_text("    pass  # something else entirely\n")
 
-    def request(written: list[int], step_ms: float = 1.0) -> dict:
-        d.read([LookupText(lines, (199, 0))])
+    def request(written: list[int], step_ms: float | None = 1.0, judged: bool = True) -> dict:
+        d.read([LookupText(lines, (199, 0))], judged=judged)
         d.propose(seq, b"", 12, GREEDY)
         d.remember(written, step_ms)
         return d.summary()
 
-    first = request(elsewhere)
+    first = request([], step_ms=0.0)            # read, and nothing of it written
     assert first["blocks"] > 10 and not first["documents_skipped"] and first["documents_gain_ms"] < 0
+    copy = d.corpus.find(seq, 12, 0, vocab.special_ids).tokens     # what the document says comes next
+    assert len(copy) >= 4
     read = len(enc.texts)
-    skipped = [request(elsewhere) for _ in range(lk.DOCUMENTS_PROBE - 1)]
+    skipped = [request([], step_ms=0.0) for _ in range(lk.DOCUMENTS_PROBE - 1)]
     assert all(s["documents_skipped"] and s["blocks"] == 0 for s in skipped) and len(enc.texts) == read
-    probe = request(elsewhere)
+    assert not request([], step_ms=None, judged=False)["documents_skipped"]   # not judged: read all the same
+    probe = request([], step_ms=0.0)
     assert not probe["documents_skipped"] and probe["blocks"] > 10
-    assert request(elsewhere)["documents_skipped"]
-    for _ in range(lk.DOCUMENTS_PROBE - 2):
-        request(elsewhere)
-    copy = d.propose(seq, b"", 12, GREEDY).tokens           # what the document says comes next
-    paid = request(copy, step_ms=100.0)                     # the probe, and the target writes the copy
-    assert not paid["documents_skipped"] and paid["documents_gain_ms"] > 0
-    assert not request(elsewhere)["documents_skipped"]      # read again: on average it paid
+    for _ in range(lk.DOCUMENTS_PROBE - 1):
+        assert request([], step_ms=0.0)["documents_skipped"]
+    paid = request(copy, step_ms=100.0)         # the probe, and the target writes the copy
+    assert not paid["documents_skipped"] and paid["agreed"]["document"] == len(copy)
+    assert paid["documents_gain_ms"] > 0
+    assert not request([], step_ms=0.0)["documents_skipped"]        # read again: on average it paid
 
 
 def test_the_text_after_the_cursor_is_not_proposed_after_the_text_before_it(vocab):

@@ -465,8 +465,8 @@ class NgramDrafter:
         # what the request gave `read`, until its first search needs the blocks (_documents)
         self._unread: tuple[Sequence[LookupText], int] | None = None
         self.documents_worth = DocumentsWorth()
-        self._read_documents = False    # the request read them (its corpus is theirs)
-        self._skipped_documents = False
+        self._read_documents = False    # the request read blocks of them (judged at its end: `remember`)
+        self._skipped_documents = False     # ... or skipped them (DocumentsWorth)
         self.stats = LookupStats()
         self._last: tuple[str, int, list[int]] | None = None   # (source, where in seq it starts, tokens)
         self._prompt_len: int | None = None     # the request's prompt, seen at its first proposal

@@ -30,6 +30,11 @@ from bench.common import DEFAULT_FILES, bench_parser
 
 PROG = "python -m bench.calibration"
 POSITIONS = 3     # first chain positions whose acceptance is printed
+# A round at the start of an answer: the target had written fewer than START_TOKENS tokens of it
+# (LookupOffer.written). Lookup's proposals there are right far less often, but the controller
+# prices them with the rest of their class: priced apart, its plans came true and no request got
+# faster (README, "Proposals at the start of an answer").
+START_TOKENS = 2
 
 
 @dataclass
@@ -38,7 +43,7 @@ class Round:
     k: int
     cls: str                # lookup class (engine.control.lookup_class), "-" without one
     contested: bool
-    start: bool             # at the start of the answer (Plan.lookup_start)
+    start: bool             # at the start of the answer (START_TOKENS)
     planned_tokens: float
     planned_ms: float
     got_tokens: int = 0
@@ -72,9 +77,10 @@ def instrument(rounds: list[Round]):
         priced = planned(self, p)
         cls = control.lookup_class(p.lookup_match, p.lookup_source) if p.drafter != "none" else None
         contested = lookup.other_tokens > 0   # (as the plan tells the classes apart, CONTESTED)
+        start = lookup.written < START_TOKENS
         pending.clear()
         if priced is not None:
-            pending[id(p)] = (p, Round(p.drafter, p.k, cls or "-", contested, p.lookup_start, *priced))
+            pending[id(p)] = (p, Round(p.drafter, p.k, cls or "-", contested, start, *priced))
         return p
 
     def record(prop, accepted, verify_ms, stats, memory, settings):

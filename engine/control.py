@@ -82,11 +82,6 @@ DATASTORE_CLASSES = (("datastore 1-3", 1, 0.45), ("datastore 4-7", 4, 0.65),
 CONTESTED = " contested"
 CONTESTED_PRIORS = {"match 1-2": 0.4, "match 3-5": 0.75, "match 6+": 0.9, "datastore 1-3": 0.35,
                     "datastore 4-7": 0.6, "datastore 8-15": 0.75, "datastore 16+": 0.75}
-# A proposal at the start of an answer: the target has written fewer than START_TOKENS tokens of
-# it before the round (Plan.lookup_start). Such proposals are right far less often, but the
-# controller prices them with the rest of their class: priced apart, its plans came true and no
-# request got faster (README, "Proposals at the start of an answer"). bench.calibration reports them.
-START_TOKENS = 2
 # When prompt lookup has two proposals that part (the text's copy and the datastore's,
 # engine/lookup.py: `Draft.other`), at once or after s common tokens, the one it left can be
 # verified beside the one it took, as a tree that branches at depth s: at most one of them is
@@ -357,7 +352,8 @@ class LookupOffer:
     """What prompt lookup offers a round: a proposal of `tokens` (0: none), found in `source`
     (Draft.source) after `match` matched tokens, and its other proposal, which shares its first
     `other_from` tokens with that one and then has `other_tokens` of its own (0: none);
-    `written`: the tokens the target has written of this answer before the round."""
+    `written`: the tokens the target has written of this answer before the round (the plan does
+    not read it: bench.calibration tells the start of an answer apart by it)."""
     tokens: int = 0
     match: int = 0
     source: str = ""
@@ -378,7 +374,6 @@ class Plan:
     lookup_match: int = 0  # the round's lookup proposal followed this many matched tokens
     lookup_source: str = ""  # ... found there (Draft.source)
     lookup_contested: bool = False   # ... and lookup's other proposal parted from it (CONTESTED)
-    lookup_start: bool = False       # ... at the start of the answer (START_TOKENS)
     probe: bool = False    # chosen to measure a drafter again, not because it was expected to pay
 
 
@@ -438,7 +433,6 @@ class DraftController:
                           self.lookup_estimate(lookup.match, lookup.source, contested), has_model, max_k,
                           model_ready, tree_ok, model_behind)
         plan.lookup_match, plan.lookup_source, plan.lookup_contested = lookup.match, lookup.source, contested
-        plan.lookup_start = lookup.written < START_TOKENS
         return plan
 
     def _plan(self, lookup: LookupOffer, lookup_est: DrafterEstimate, has_model: bool, max_k: int,

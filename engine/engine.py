@@ -31,13 +31,6 @@ def load_datastore(config: EngineConfig, target: LoadedModel) -> datastore.Datas
         raise ModelLoadError(str(exc)) from None
 
 
-def _judges_documents(settings: GenerationSettings | None) -> bool:
-    """Whether requests with `settings` judge what reading the documents gains (DocumentsWorth):
-    only the cost-aware controller measures a target step to judge it by (speculative_generate)."""
-    settings = settings or GenerationSettings()
-    return settings.draft_length == "auto" and settings.draft_control == "cost"
-
-
 class Engine:
     """Target + drafter + their KV pools, kept alive across requests."""
 
@@ -102,7 +95,7 @@ class Engine:
         (reading them has not paid: DocumentsWorth)."""
         lookup = self.drafters.lookup
         if lookup is None or lookup.index is None or (settings is not None and not self._lookup_used(settings)) \
-                or (_judges_documents(settings) and not lookup.documents_worth.wanted()):
+                or ((settings or GenerationSettings()).cost_aware and not lookup.documents_worth.wanted()):
             return 0
         return lookup.index.warm(texts, stop=stop)
 
@@ -122,8 +115,9 @@ class Engine:
         if not self.config.kv_reuse:
             self.clear_caches()
         if self.drafters.lookup is not None:
+            # only the cost-aware controller measures the target step that judges the documents
             self.drafters.lookup.read(lookup_texts if self._lookup_used(settings) else (),
-                                      judged=_judges_documents(settings))
+                                      judged=settings.cost_aware)
         return speculative_generate(self.target, self.pool, self.drafters, list(target_ids),
                                     settings, self.memory, stop_ids=stop_ids,
                                     draft_prompt=list(draft_ids) if isinstance(draft_ids, (list, tuple)) else draft_ids,

@@ -460,7 +460,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
         # what reading the documents gained, judged by a target step's cost: measured under the
         # cost-aware controller only; a cancelled request paid the read for part of an answer
         verify = memory.controller.verify
-        judged = auto and not heuristic and verify.seen and stop_reason != "cancelled"
+        judged = settings.cost_aware and verify.seen and stop_reason != "cancelled"
         d.drafters.lookup.remember(d.out, verify(1) if judged else None)
     stats.new_tokens = len(d.out)
     stats.target_calls = session.forward_calls - calls0
@@ -469,7 +469,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
         stats.draft_forward_ms = model0.forward_ms() - d_fwd0
         stats.draft_calls = model0.draft_calls - d_calls0
     stats.final_draft_length = memory.heuristic.k if heuristic else (0 if auto else int(settings.draft_length))
-    if auto and not heuristic:
+    if settings.cost_aware:
         stats.controller = memory.controller.summary()
     stats.latency_ms = (time.perf_counter() - t0) * 1000
     return GenerationResult(text=decode_bytes(d.gen_bytes), token_ids=d.out, stop_reason=stop_reason, stats=stats)

@@ -49,6 +49,12 @@ class GenerationSettings:
     draft_control: str = "cost"        # auto mode: "cost" (drafter and k that maximise tokens/ms,
                                        # engine/control.py) or "heuristic" (the old +2/-1 rule)
 
+    @property
+    def cost_aware(self) -> bool:
+        """Whether the cost-aware controller decides each round: draft length auto, and not the
+        old +2/-1 rule (plan_round's choice, engine/generate.py)."""
+        return self.draft_length == "auto" and self.draft_control != "heuristic"
+
 
 @dataclass
 class GenerationStats:

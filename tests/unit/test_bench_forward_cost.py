@@ -49,3 +49,17 @@ def test_a_prefills_linear_arithmetic_is_what_torchs_flop_counter_counts(arch):
     cfg = model.config
     assert linear == products
     assert attention == 4 * cfg.hidden_size * sum(range(2, n + 2)) * cfg.num_hidden_layers
+
+
+def test_torch_compile_is_measured_beside_the_engines_own_kernels():
+    """`--compile` on a model whose weights are float16 values, where the engine may take
+    FBGEMM's float16 kernel: dynamo cannot trace that kernel, so the compiled copy multiplies in
+    float32 and the run reports all three steps (it failed outright when it compiled the
+    engine's own copy)."""
+    from bench.forward_cost import compile_cost
+    from engine.matmul import FP16, Kernels, fp16_available
+    model = tiny_model("llama", 300).half().float()
+    kernels = Kernels(FP16, FP16, FP16, FP16) if fp16_available() else None
+    with torch.inference_mode():
+        startup, eager, plain, compiled = compile_cost(model, list(range(3, 40)), 3, kernels=kernels)
+    assert startup > 0 and min(eager, plain, compiled) > 0

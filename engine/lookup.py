@@ -597,12 +597,15 @@ class NgramDrafter:
 
     def _near(self, seq: list[int], k: int) -> Draft | None:
         """The latest occurrence of seq's last 3, 2 or 1 ids (the longest first) in seq itself,
-        else in the recent completions (the newest first), that has something after it."""
+        else in the recent completions (the newest first), that has something after it. A copy
+        from seq itself that runs into seq's end goes on as the period it found (`_repeated`)."""
         seq_bytes = self._bytes_of(seq)
         for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
             tail = seq_bytes[-4 * n:]
             out, start = self._follow(seq_bytes, seq, tail, k, self.special_ids)
             if out:
+                if len(out) < k and start + n + len(out) == len(seq):
+                    out = _repeated(out, k)
                 return Draft(out, match=n + _matched_before(seq, start, seq, n), source="prompt")
             if self._history_starts:
                 out, start = self._follow(self._history_bytes, self._history_ids, tail, k, self._history_stops)
@@ -644,6 +647,17 @@ class NgramDrafter:
             if out:
                 return out, start
         return [], -1
+
+
+def _repeated(copy: list[int], k: int) -> list[int]:
+    """A copy that ran into the sequence's end, continued for k ids as the period it found: the
+    ids since the matched n-gram's earlier occurrence, again and again (what looking the n-gram
+    up in seq + copy would propose next). Repeated lines and runs of one token are where this
+    pays: on the held-out generate prompts of seed 0 (64 new tokens, in process) 55 of 123 copies
+    from the sequence ran into its end; continuing them cut the target calls by 1-17 % and the
+    decode by 0.5-9 % over seeds 0-3 (runs/periodic_ab.py, README "Prompt lookup")."""
+    period = len(copy)
+    return [copy[i % period] for i in range(k)]
 
 
 def parts(a: list[int], b: list[int]) -> bool:

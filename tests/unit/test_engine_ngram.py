@@ -20,9 +20,18 @@ def test_copies_what_followed_the_last_tokens_before():
     assert propose([1, 2, 3, 4, 5, 9, 1, 2, 3], k=3) == [4, 5, 9]
 
 
-def test_k_caps_the_draft_and_the_sequence_end_shortens_it():
+def test_k_caps_the_draft():
     assert propose([1, 2, 3, 4, 5, 9, 1, 2, 3], k=1) == [4]
-    assert propose([7, 8, 6, 7, 8], k=4) == [6, 7, 8]   # only 3 tokens follow the match
+
+
+def test_a_copy_that_runs_into_the_sequence_end_goes_on_as_its_period():
+    # only [6, 7, 8] follows the match, then the sequence ends: 6 7 8 is its period
+    assert propose([7, 8, 6, 7, 8], k=4) == [6, 7, 8, 6]
+    assert propose([7, 8, 6, 7, 8], k=8) == [6, 7, 8, 6, 7, 8, 6, 7]
+    assert propose([7, 8, 6, 7, 8], k=2) == [6, 7]
+    # a copy cut by a special id, or by k, is not a period
+    assert propose([1, 2, 5, 0, 6, 1, 2], k=4, special_ids=frozenset({0})) == [5]
+    assert propose([4, 1, 2, 3, 9, 1, 2, 3], k=2) == [9, 1]
 
 
 def test_the_latest_occurrence_wins():
@@ -42,8 +51,8 @@ def test_falls_back_to_shorter_ngrams():
 
 
 def test_a_repeated_token_proposes_more_of_it():
-    assert propose([3, 3], k=4) == [3]
-    assert propose([5, 3, 3, 3], k=4) == [3]
+    assert propose([3, 3], k=4) == [3, 3, 3, 3]
+    assert propose([5, 3, 3, 3], k=4) == [3, 3, 3, 3]
 
 
 @pytest.mark.parametrize("seq", [[], [1], [1, 2, 3, 4], [1, 2, 3, 4, 5, 6]])
@@ -84,7 +93,8 @@ def test_a_match_in_the_remembered_completions_counts_too():
 def _reference_near(seq, history, k, max_ngram, special_ids):
     """Prompt lookup as plainly as it can be written: for n = max_ngram .. 1, the sequence
     itself then the completions newest first, the latest occurrence of the last n ids that has
-    something after it (cut at a special id); None if none."""
+    something after it (cut at a special id; a copy from the sequence that reaches its end goes
+    on as that period); None if none."""
     for n in range(min(max_ngram, len(seq) - 1), 0, -1):
         tail = seq[-n:]
         for name, source in (("prompt", seq), *(("completions", h) for h in reversed(history))):
@@ -96,6 +106,8 @@ def _reference_near(seq, history, k, max_ngram, special_ids):
                     if t in special_ids:
                         break
                     out.append(t)
+                if out and name == "prompt" and len(out) < k and start + n + len(out) == len(seq):
+                    out = (out * k)[:k]     # the copy ran into the sequence's end: its period again
                 if out:
                     return name, out, start, n, source
     return None

@@ -121,3 +121,21 @@ def test_the_lookup_lines_give_what_reading_the_documents_took():
         "- end-of-line-real, default: 12 tokens proposed from the documents, 3 of them written by the "
         "target too; 2 of 3 requests read them, in 2.0 ms (the most 3.0)")
     assert len(suite.lookup_lines(results)) == 4     # no-draft ran no lookup: no line
+
+
+def test_goal_b_shows_how_fast_the_default_could_be_with_no_time_to_decode():
+    """The bound beside (a) and (b): no draft's p50 over the default's p50 with each model run's
+    decode (latency after the prefill) taken out; a request with no model run keeps its time."""
+    def ran(latency, prefill):
+        return {**RAN, "latency_ms": latency, "prefill_ms": prefill}
+    by_config = {"no-draft": [Request("a", 40.0, "x", ran(38.0, 18.0)), Request("b", 60.0, "y", ran(58.0, 20.0)),
+                              Request("c", 30.0, "z", ran(28.0, 16.0))],
+                 "default": [Request("a", 32.0, "x", ran(30.0, 18.0)), Request("b", 40.0, "y", ran(38.0, 20.0)),
+                             Request("c", 5.0, "z", None)]}
+    rows, _ = suite.summarize("end-of-line", by_config)
+    default = next(r for r in rows if r.config == "default")
+    # without their decode: 32 - 12 = 20, 40 - 18 = 22, and 5 (no model run): p50 20 ms against 40
+    assert default.p50_bound == 2.0
+    assert default.p50_speedup == 40.0 / 32.0
+    goal, measured, met = next(g for g in suite.goals(rows) if g[0].startswith("(b) end of line: default >= "))
+    assert measured == "1.25x (at most 2.00x with no time to decode)" and met is False

@@ -1,6 +1,6 @@
 """The benchmark suite: every workload in one run, the draft configurations side by side.
 
-    python -m bench.suite              # or: specfill bench --suite    (about 2 minutes on 2 CPU cores)
+    python -m bench.suite              # or: specfill bench --suite    (about 2 minutes on the 2-core VM of the README's figures)
     python -m bench.suite --quick      # a minute or two: fewer prompts, positions and typed lines
     python -m bench.suite --workloads generate,end-of-line --configs ngram,default
 
@@ -265,9 +265,11 @@ def summarize(workload: str, by_config: dict[str, list[Request]]) -> tuple[list[
 
 def without_decode(r: Request) -> float:
     """The request's latency less its model run's decode (the engine's latency after the
-    target's prefill); a request that ran no model keeps its own."""
+    target's prefill), never below 0; a request that ran no model keeps its own."""
     e = r.engine
-    return r.ms - (e["latency_ms"] - e["prefill_ms"]) if e else r.ms
+    if not e:
+        return r.ms
+    return max(0.0, r.ms - ((e.get("latency_ms") or 0.0) - (e.get("prefill_ms") or 0.0)))
 
 
 def _f(v, spec: str, suffix: str = "") -> str:

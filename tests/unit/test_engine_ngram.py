@@ -29,9 +29,51 @@ def test_a_copy_that_runs_into_the_sequence_end_goes_on_as_its_period():
     assert propose([7, 8, 6, 7, 8], k=4) == [6, 7, 8, 6]
     assert propose([7, 8, 6, 7, 8], k=8) == [6, 7, 8, 6, 7, 8, 6, 7]
     assert propose([7, 8, 6, 7, 8], k=2) == [6, 7]
-    # a copy cut by a special id, or by k, is not a period
-    assert propose([1, 2, 5, 0, 6, 1, 2], k=4, special_ids=frozenset({0})) == [5]
+    # a copy cut by a special id before the end, or by k, is not a period
+    assert propose([1, 2, 5, 0, 1, 2], k=8) == [5, 0, 1, 2, 5, 0, 1, 2]
+    assert propose([1, 2, 5, 0, 1, 2], k=8, special_ids=frozenset({0})) == [5]
     assert propose([4, 1, 2, 3, 9, 1, 2, 3], k=2) == [9, 1]
+
+
+def _plain_copy(seq, n, k, special_ids):
+    """What follows the latest earlier occurrence of seq's last n ids that has something after
+    it, cut at a special id, as a plain scan finds it: (copy, where the occurrence starts)."""
+    for start in range(len(seq) - n - 1, -1, -1):
+        if seq[start:start + n] == seq[-n:]:
+            out = []
+            for t in seq[start + n:start + n + k]:
+                if t in special_ids:
+                    break
+                out.append(t)
+            if out:
+                return out, start
+    return [], -1
+
+
+def test_a_periodic_copy_is_what_looking_the_same_ngram_up_again_proposes():
+    """On random sequences of a few ids: where the copy ran into the sequence's end, the proposal
+    is what growing seq + copy by looking the same n-gram up in it, again and again, proposes."""
+    import random
+    rnd = random.Random(1)
+    specials = frozenset({0})
+    periodic = 0
+    for _ in range(3000):
+        seq = [rnd.choice([0, 1, 2, 3, 4]) for _ in range(rnd.randrange(2, 14))]
+        k = rnd.randrange(1, 10)
+        n = next((n for n in range(min(3, len(seq) - 1), 0, -1) if _plain_copy(seq, n, k, specials)[0]), None)
+        if n is None:
+            continue
+        out, start = _plain_copy(seq, n, k, specials)
+        if len(out) == k or start + n + len(out) < len(seq):
+            continue
+        periodic += 1
+        grown = list(out)
+        while len(grown) < k:
+            more, _ = _plain_copy(seq + grown, n, k - len(grown), specials)
+            assert more
+            grown += more
+        assert propose(seq, k=k, special_ids=specials) == grown[:k], (seq, k)
+    assert periodic > 500
 
 
 def test_the_latest_occurrence_wins():

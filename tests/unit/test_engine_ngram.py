@@ -35,21 +35,6 @@ def test_a_copy_that_runs_into_the_sequence_end_goes_on_as_its_period():
     assert propose([4, 1, 2, 3, 9, 1, 2, 3], k=2) == [9, 1]
 
 
-def _plain_copy(seq, n, k, special_ids):
-    """What follows the latest earlier occurrence of seq's last n ids that has something after
-    it, cut at a special id, as a plain scan finds it: (copy, where the occurrence starts)."""
-    for start in range(len(seq) - n - 1, -1, -1):
-        if seq[start:start + n] == seq[-n:]:
-            out = []
-            for t in seq[start + n:start + n + k]:
-                if t in special_ids:
-                    break
-                out.append(t)
-            if out:
-                return out, start
-    return [], -1
-
-
 def test_a_periodic_copy_is_what_looking_the_same_ngram_up_again_proposes():
     """On random sequences of a few ids: where the copy ran into the sequence's end, the proposal
     is what growing seq + copy by looking the same n-gram up in it, again and again, proposes."""
@@ -60,16 +45,16 @@ def test_a_periodic_copy_is_what_looking_the_same_ngram_up_again_proposes():
     for _ in range(3000):
         seq = [rnd.choice([0, 1, 2, 3, 4]) for _ in range(rnd.randrange(2, 14))]
         k = rnd.randrange(1, 10)
-        n = next((n for n in range(min(3, len(seq) - 1), 0, -1) if _plain_copy(seq, n, k, specials)[0]), None)
+        n = next((n for n in range(min(3, len(seq) - 1), 0, -1) if _plain_copy(seq, seq[-n:], k, specials)[0]), None)
         if n is None:
             continue
-        out, start = _plain_copy(seq, n, k, specials)
+        out, start = _plain_copy(seq, seq[-n:], k, specials)
         if len(out) == k or start + n + len(out) < len(seq):
             continue
         periodic += 1
         grown = list(out)
         while len(grown) < k:
-            more, _ = _plain_copy(seq + grown, n, k - len(grown), specials)
+            more, _ = _plain_copy(seq + grown, (seq + grown)[-n:], k - len(grown), specials)
             assert more
             grown += more
         assert propose(seq, k=k, special_ids=specials) == grown[:k], (seq, k)
@@ -140,19 +125,28 @@ def _reference_near(seq, history, k, max_ngram, special_ids):
     for n in range(min(max_ngram, len(seq) - 1), 0, -1):
         tail = seq[-n:]
         for name, source in (("prompt", seq), *(("completions", h) for h in reversed(history))):
-            for start in range(len(source) - n - 1, -1, -1):
-                if source[start:start + n] != tail:
-                    continue
-                out = []
-                for t in source[start + n:start + n + k]:
-                    if t in special_ids:
-                        break
-                    out.append(t)
-                if out and name == "prompt" and len(out) < k and start + n + len(out) == len(seq):
-                    out = (out * k)[:k]     # the copy ran into the sequence's end: its period again
-                if out:
-                    return name, out, start, n, source
+            out, start = _plain_copy(source, tail, k, special_ids)
+            if out and name == "prompt" and len(out) < k and start + n + len(out) == len(seq):
+                out = (out * k)[:k]     # the copy ran into the sequence's end: its period again
+            if out:
+                return name, out, start, n, source
     return None
+
+
+def _plain_copy(source, tail, k, special_ids):
+    """What follows the latest occurrence of `tail` in `source` that has something after it (cut
+    at a special id), as a plain scan finds it: (copy, where the occurrence starts)."""
+    n = len(tail)
+    for start in range(len(source) - n - 1, -1, -1):
+        if source[start:start + n] == tail:
+            out = []
+            for t in source[start + n:start + n + k]:
+                if t in special_ids:
+                    break
+                out.append(t)
+            if out:
+                return out, start
+    return [], -1
 
 
 def test_the_byte_search_finds_what_a_plain_scan_finds():

@@ -1,6 +1,6 @@
 """The benchmark suite: every workload in one run, the draft configurations side by side.
 
-    python -m bench.suite              # or: specfill bench --suite    (about 2 minutes on the 2-core VM of the README's figures)
+    python -m bench.suite              # or: specfill bench --suite    (about 2 minutes on a 2-core VM)
     python -m bench.suite --quick      # a minute or two: fewer prompts, positions and typed lines
     python -m bench.suite --workloads generate,end-of-line --configs ngram,default
 

@@ -51,6 +51,15 @@ def test_a_prefills_linear_arithmetic_is_what_torchs_flop_counter_counts(arch):
     assert attention == 4 * cfg.hidden_size * sum(range(2, n + 2)) * cfg.num_hidden_layers
 
 
+def _cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU code needs (inductor builds C++), if there is one."""
+    import os
+    import shutil
+    return next((found for name in (os.environ.get("CXX"), "g++", "c++", "clang++")
+                 if name and (found := shutil.which(name))), None)
+
+
+@pytest.mark.skipif(_cpp_compiler() is None, reason="no C++ compiler: torch.compile cannot build CPU code here")
 def test_torch_compile_is_measured_beside_the_engines_own_kernels():
     """`--compile` on a model whose weights are float16 values, where the engine may take
     FBGEMM's float16 kernel: dynamo cannot trace that kernel, so the compiled copy multiplies in

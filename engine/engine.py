@@ -68,11 +68,6 @@ class Engine:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
             self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)
 
-    def _lookup_used(self, settings: GenerationSettings) -> bool:
-        # The old +2/-1 rule drafts with the model alone when there is one.
-        heuristic = settings.draft_length == "auto" and settings.draft_control == "heuristic"
-        return not (heuristic and self.drafters.model is not None)
-
     def matmul_kernels(self) -> dict:
         """Each model's matmul kernels and what their measurement timed (engine/matmul.py); None
         for a model without packed lean weights (the transformers forward, or a large model)."""
@@ -94,7 +89,7 @@ class Engine:
         requests with `settings` would not use it, or where they skip the documents for now
         (reading them has not paid: DocumentsWorth)."""
         lookup = self.drafters.lookup
-        if lookup is None or lookup.index is None or (settings is not None and not self._lookup_used(settings)) \
+        if lookup is None or lookup.index is None or (settings is not None and not self.drafters.lookup_drafts(settings)) \
                 or ((settings or GenerationSettings()).cost_aware and not lookup.documents_worth.wanted()):
             return 0
         return lookup.index.warm(texts, stop=stop)
@@ -116,7 +111,7 @@ class Engine:
             self.clear_caches()
         if self.drafters.lookup is not None:
             # only the cost-aware controller measures the target step that judges the documents
-            self.drafters.lookup.read(lookup_texts if self._lookup_used(settings) else (),
+            self.drafters.lookup.read(lookup_texts if self.drafters.lookup_drafts(settings) else (),
                                       judged=settings.cost_aware)
         return speculative_generate(self.target, self.pool, self.drafters, list(target_ids),
                                     settings, self.memory, stop_ids=stop_ids,

@@ -53,6 +53,11 @@ class Drafters:
     lookup: NgramDrafter | None = None
     model: Drafter | None = None      # ModelDrafter (same vocabulary) or TextDrafter (another tokenizer)
 
+    def lookup_drafts(self, settings: GenerationSettings) -> bool:
+        """Whether prompt lookup drafts under `settings`: the old +2/-1 rule drafts with the model
+        alone when there is one."""
+        return self.lookup is not None and not (settings.heuristic and self.model is not None)
+
 
 @dataclass
 class DraftMemory:
@@ -71,7 +76,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
         if lookup.tokens and (lookup.tokens >= k or drafters.model is None):
             return Plan("lookup", min(k, lookup.tokens), 0.0)
         return Plan("model", k, 0.0) if drafters.model is not None else Plan("none", 0, 0.0)
-    if settings.draft_control == "heuristic":  # one drafter, the old rule
+    if settings.heuristic:  # one drafter, the old rule
         k = min(memory.heuristic.k, max_k)
         if drafters.model is not None:
             return Plan("model", k, 0.0)
@@ -166,7 +171,7 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
         stats.count_positions(plan.drafter, plan.k, n)
     if settings.draft_length != "auto":
         return
-    if settings.draft_control == "heuristic":
+    if settings.heuristic:
         memory.heuristic.update(len(prop.cand), n)
     elif plan.drafter == "pair":
         memory.controller.record_pair(plan, *chains, prop.width, verify_ms)
@@ -408,8 +413,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     deadline = t0 + settings.time_budget_ms / 1000 if settings.time_budget_ms else None
     stops = frozenset(stop_ids) | target.vocab.special_ids
     gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
-    auto = settings.draft_length == "auto"
-    heuristic = auto and settings.draft_control == "heuristic"
+    auto, heuristic = settings.draft_length == "auto", settings.heuristic
     max_new = settings.max_new_tokens
     if target.max_positions:
         if target.max_positions - len(prompt) <= 0:
@@ -425,7 +429,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     stats.prefill_ms = (time.perf_counter() - t0) * 1000
 
     d = Decoding(prompt, draft_prompt, drafters, seq=list(prompt),
-                 use_lookup=drafters.lookup is not None and not (heuristic and drafters.model is not None))
+                 use_lookup=drafters.lookup_drafts(settings))
     sampling = Sampling(settings.temperature, settings.top_k, settings.top_p,
                         confidence=settings.draft_confidence if auto else 0.0, gen=gen,
                         decided=_decides(d, stop_check))

@@ -50,10 +50,15 @@ class GenerationSettings:
                                        # engine/control.py) or "heuristic" (the old +2/-1 rule)
 
     @property
+    def heuristic(self) -> bool:
+        """Whether the old +2/-1 rule sets each round's draft length (draft length auto)."""
+        return self.draft_length == "auto" and self.draft_control == "heuristic"
+
+    @property
     def cost_aware(self) -> bool:
         """Whether the cost-aware controller decides each round: draft length auto, and not the
         old +2/-1 rule (plan_round's choice, engine/generate.py)."""
-        return self.draft_length == "auto" and self.draft_control != "heuristic"
+        return self.draft_length == "auto" and not self.heuristic
 
 
 @dataclass

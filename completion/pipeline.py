@@ -16,7 +16,7 @@ import cachetools
 
 from completion.cache import CompletionCache
 from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, uri_to_path
-from completion.postprocess import Cleaned, clean_completion, find_cut, is_single_line, with_eol
+from completion.postprocess import AnswerCut, Cleaned, clean_completion, is_single_line, with_eol
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, FimTemplate, load_template
 from engine.kv import common_prefix_len
@@ -351,9 +351,12 @@ class CompletionPipeline:
         """The engine asks this after every round, and of a draft model's text at each draft
         step: is the answer decided? The same rules as the final cut (`find_cut`), so decoding
         stops exactly where post-processing would cut."""
+        rules = AnswerCut(cur, options.multiline, options.max_lines, options.tab_size)
+
         def check(text: str) -> TextStop | None:
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-            cut = find_cut(text, cur, options.multiline, options.max_lines, options.tab_size, final=False)
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            cut = rules(text, final=False)
             return TextStop(cut.reason, cut.decided_at) if cut is not None else None
         return check
 

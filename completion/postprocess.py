@@ -70,12 +70,89 @@ def find_cut(text: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8
     later text can overturn fire, and None means "not decided yet". With `final=True` the text is
     all there is and a Cut is always returned. A Cut found early is the Cut of every longer text
     that starts with text[:decided_at] (tested as a property)."""
-    if is_single_line(cur, multiline):
-        nl = text.find("\n")
-        if nl >= 0:
-            return Cut(nl, nl + 1, "newline")
-        return Cut(len(text), len(text), "end") if final else None
-    return _cut_lines(text, cur, max_lines, tab_size, final)
+    return AnswerCut(cur, multiline, max_lines, tab_size)(text, final)
+
+
+class AnswerCut:
+    """`find_cut` for one cursor, asked again and again while an answer is decoded (after every
+    round, of every draft): what the rules need from the cursor is worked out once, and the
+    complete lines an earlier call scanned and kept are not scanned again (a draft's text and
+    the answer so far share them). Each call answers as `find_cut` would (tested as a property)."""
+
+    def __init__(self, cur: Cursor, multiline: str = "auto", max_lines: int = 8, tab_size: int = 4):
+        self.single_line = is_single_line(cur, multiline)
+        self.max_lines, self.tab_size = max_lines, tab_size
+        self.prefix = prefix = cur.line_prefix
+        self.block = indent_width(prefix if prefix.strip() else prefix + "x", tab_size)
+        nxt = _next_nonblank(cur)
+        self.next_code = nxt.strip() if nxt is not None else None
+        # the lines the last call kept that a newline ended (no later text changes them), and
+        # the end offset of each in its text
+        self._kept: list[str] = []
+        self._ends: list[int] = []
+
+    def __call__(self, text: str, final: bool = True) -> Cut | None:
+        if self.single_line:
+            nl = text.find("\n")
+            if nl >= 0:
+                return Cut(nl, nl + 1, "newline")
+            return Cut(len(text), len(text), "end") if final else None
+        lines = text.split("\n")
+        cut, kept, ends = self._cut_lines(lines, final)
+        ended = min(len(kept), len(lines) - 1)    # (a final text's last line has no newline)
+        self._kept, self._ends = kept[:ended], ends[:ended]
+        if cut is None and final:
+            return Cut(len(text), len(text), "end")
+        return cut
+
+    def _cut_lines(self, lines: list[str], final: bool) -> tuple[Cut | None, list[str], list[int]]:
+        """Multi-line answers end at the first of: the `max_lines`-th line is complete; a line
+        dedents below the cursor's block; a blank line follows a complete block; a line repeats the
+        next line of code after the cursor; the model repeats a block of lines (a loop). Returns
+        that cut (None: not decided yet, or none before a final text's end), the lines kept and
+        their end offsets."""
+        complete = len(lines) if final else len(lines) - 1   # the last line may still grow
+        if complete == 0:
+            return None, [], []
+        prefix, nxt, tab_size = self.prefix, self.next_code, self.tab_size
+        # the lines the last call kept, where this text has them too, are kept again unscanned
+        known, n = self._kept, 0
+        while n < len(known) and n < complete and lines[n] == known[n]:
+            n += 1
+        if n:
+            kept, ends = lines[:n], self._ends[:n]
+        else:
+            first = lines[0]
+            if nxt is not None and first.strip() and (prefix + first).strip() == nxt:
+                # completing the line into a copy of the next line
+                return Cut(0, len(first) + 1, "suffix_repeat"), [], []
+            kept, ends, n = [first], [len(first)], 1
+        for i in range(n, len(lines)):
+            ln = lines[i]
+            start = ends[-1] + 1            # offset of this line in text
+            line_end = start + len(ln) + (i < len(lines) - 1)
+            keep = ends[-1]
+            if len(kept) >= self.max_lines:
+                return Cut(keep, start, "max_lines"), kept, ends
+            body = ln.lstrip(" \t")
+            if body and indent_width(ln, tab_size) < self.block:
+                # Known as soon as the line's first visible character is: no need to wait for its end.
+                return Cut(keep, start + len(ln) - len(body) + 1, "dedent"), kept, ends
+            if i >= complete:
+                return None, kept, ends
+            if not body:
+                if _complete_block(prefix, kept):
+                    return Cut(keep, line_end, "blank_line"), kept, ends
+            elif nxt is not None and body.rstrip() == nxt:
+                # the model started repeating the code below
+                return Cut(keep, line_end, "suffix_repeat"), kept, ends
+            else:
+                cycle = _repeated_cycle(kept + [ln])
+                if cycle:
+                    return Cut(ends[-cycle], line_end, "loop"), kept, ends   # keep one copy of the repeated block
+            kept.append(ln)
+            ends.append(start + len(ln))
+        return None, kept, ends
 
 
 def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8,
@@ -142,50 +219,6 @@ def _next_nonblank(cur: Cursor, skip: int = 0) -> str | None:
                 return ln
             skip -= 1
     return None
-
-
-def _cut_lines(text: str, cur: Cursor, max_lines: int, tab_size: int, final: bool) -> Cut | None:
-    """Multi-line answers end at the first of: the `max_lines`-th line is complete; a line
-    dedents below the cursor's block; a blank line follows a complete block; a line repeats the
-    next line of code after the cursor; the model repeats a block of lines (a loop)."""
-    lines = text.split("\n")
-    complete = len(lines) if final else len(lines) - 1   # the last line may still grow
-    if complete == 0:
-        return None
-    prefix = cur.line_prefix
-    block = indent_width(prefix if prefix.strip() else prefix + "x", tab_size)
-    nxt = _next_nonblank(cur)
-    nxt = nxt.strip() if nxt is not None else None
-    first = lines[0]
-    ends = [len(first)]                 # end offset of every kept line
-    if nxt is not None and first.strip() and (prefix + first).strip() == nxt:
-        return Cut(0, ends[0] + 1, "suffix_repeat")   # completing the line into a copy of the next line
-    kept = [first]
-    for i in range(1, len(lines)):
-        ln = lines[i]
-        start = ends[-1] + 1            # offset of this line in text
-        line_end = start + len(ln) + (i < len(lines) - 1)
-        keep = ends[-1]
-        if len(kept) >= max_lines:
-            return Cut(keep, start, "max_lines")
-        body = ln.lstrip(" \t")
-        if body and indent_width(ln, tab_size) < block:
-            # Known as soon as the line's first visible character is: no need to wait for its end.
-            return Cut(keep, start + len(ln) - len(body) + 1, "dedent")
-        if i >= complete:
-            return None
-        if not body:
-            if _complete_block(prefix, kept):
-                return Cut(keep, line_end, "blank_line")
-        elif nxt is not None and body.rstrip() == nxt:
-            return Cut(keep, line_end, "suffix_repeat")      # the model started repeating the code below
-        else:
-            cycle = _repeated_cycle(kept + [ln])
-            if cycle:
-                return Cut(ends[-cycle], line_end, "loop")   # keep one copy of the repeated block
-        kept.append(ln)
-        ends.append(start + len(ln))
-    return Cut(len(text), len(text), "end")
 
 
 def _repeated_cycle(lines: list[str]) -> int:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from completion.context import parse_document
-from completion.postprocess import clean_completion, find_cut
+from completion.postprocess import AnswerCut, clean_completion, find_cut
 
 
 def cursor(doc: str):
@@ -148,6 +148,30 @@ def test_an_early_cut_is_the_final_cut():
             assert clean_completion(text[:n], cur, **kw) == whole, (text, n)
             assert find_cut(text[:cut.decided_at], cur, final=False, **kw) == cut
     assert decided > 1000        # the property was exercised, not vacuously true
+
+
+def test_one_answer_cut_asked_again_and_again_answers_as_find_cut():
+    """Property: the stop check kept for a request (AnswerCut, which does not scan again the
+    complete lines it kept) answers every question as a fresh `find_cut` does, asked as the engine
+    asks it: about the answer so far as it grows, and about that answer plus each round's drafts
+    (which share its lines, then part from it)."""
+    rng = random.Random(99)
+    resumed = 0
+    for _ in range(300):
+        cur = parse_document(*_split(rng.choice(DOCS)))
+        kw = dict(max_lines=rng.choice([1, 2, 3, 8]), multiline=rng.choice(["auto", "auto", "always", "never"]))
+        rules = AnswerCut(cur, **kw)
+        answer, n = random_middle(rng), 0
+        while n < len(answer):
+            for _ in range(rng.randint(0, 2)):          # drafts after the answer so far
+                draft = answer[:n] + random_middle(rng)[:rng.randint(0, 30)]
+                resumed += bool(rules._kept)
+                assert rules(draft, final=False) == find_cut(draft, cur, final=False, **kw), (answer[:n], draft)
+            n += rng.randint(1, 8)
+            assert rules(answer[:n], final=False) == find_cut(answer[:n], cur, final=False, **kw), answer[:n]
+        final = rng.random() < 0.5
+        assert rules(answer, final=final) == find_cut(answer, cur, final=final, **kw)
+    assert resumed > 200     # lines kept by earlier calls were reused, not only scanned afresh
 
 
 def _split(doc: str):

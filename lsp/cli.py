@@ -72,7 +72,7 @@ def serve_main(argv: list[str] | None = None) -> int:
 
     # After the redirect: this pulls in pygls, and the settings table pulls in torch.
     from lsp.client_log import disconnect
-    from lsp.pygls_compat import shutdown_requested
+    from lsp.pygls_compat import shutdown_requested, start_stdio
     from lsp.server import server, stop_work
     from lsp import collector
     collector.watch()      # the collector's passes, timed for specfill.stats
@@ -83,7 +83,7 @@ def serve_main(argv: list[str] | None = None) -> int:
             log.info("listening on %s:%d", host, port)
             server.start_tcp(host, port)
         else:
-            server.start_io(sys.stdin.buffer, wire)
+            start_stdio(server, sys.stdin.buffer, wire)
     except (KeyboardInterrupt, SystemExit):  # `exit` notification over TCP ends in SystemExit
         pass
     finally:

@@ -85,11 +85,12 @@ def server_env(threads: int = 0) -> dict:
     return env
 
 
-async def start_server(name: str, settings: dict, env: dict, log_dir: Path) -> LspClient:
-    """A real server over stdio, initialized with `settings` (its stderr in log_dir/server-NAME.log)."""
+async def start_server(name: str, settings: dict, env: dict, log_dir: Path, root: Path = ROOT) -> LspClient:
+    """A real server over stdio, initialized with `settings` (its stderr in log_dir/server-NAME.log);
+    `root`: the checkout it runs from (another commit's, for a side-by-side run)."""
     client = await LspClient.start([sys.executable, "-m", "lsp", "--log-level", "warning"], env,
-                                   log_dir / f"server-{name}.log", cwd=str(ROOT))
-    await client.request("initialize", initialize_params(settings, ROOT))
+                                   log_dir / f"server-{name}.log", cwd=str(root))
+    await client.request("initialize", initialize_params(settings, root))
     await client.notify("initialized", {})
     return client
 

@@ -1,0 +1,146 @@
+"""What the language server itself adds to a completion request, for this tree's server and an
+older commit's, side by side.
+
+    python -m bench.server_cost                          # against DEFAULT_BASELINE
+    python -m bench.server_cost --baseline HEAD~3 --typed-lines 12 --max-files 3
+    python -m bench.server_cost --baseline none          # this tree alone
+
+Requests: the middle-of-file keystroke replay (bench.replay: each keystroke a didChange, a request
+where an editor would send one) typed into real servers over stdio, every server fed the same
+keystrokes and asked in turn (bench.replay.replay_interleaved), the shipped pair, default
+settings. For each request: the client's time from sending it to its answer ("client"), the
+worker's pipeline call (`last_job.ms` in specfill.stats: prompt, decode, post-processing;
+"job"), and what is left, the server's own time ("server" = client - job: reading the didChange
+before the request and the request itself, the handler on the event loop, the hand-offs to the
+worker and back, writing the answer). Medians over the requests, and the median per request of
+the baseline's client time over this tree's.
+
+Edits: a one-character insert at a random line of a document of 100, 1,000 and 3,000 lines, then
+the lines read (as a request reads them), in process: pygls' own incremental edit (what servers
+before 6aaff39 ran) against this tree's (lsp/positions.py, LspTextDocument), ms per keystroke.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import subprocess
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+from bench.common import (DEFAULT_FILES, DRAFT_CONFIGS, ROOT, add_file_options, bench_parser, close_all, server_env,
+                          start_server, usage_error, wait_loaded)
+from bench.keystrokes import EDITOR_DEBOUNCE_MS, MIDDLE
+from bench.round_cost import commit_of
+from lsp.arguments import number
+
+PROG = "python -m bench.server_cost"
+# The server before its stdin reader and its document edits were cut (issue 10's session 30).
+DEFAULT_BASELINE = "eee68d1"
+EDIT_LINES = (100, 1000, 3000)
+EDITS = 300
+
+
+def checkout_at(sha: str, into: Path) -> Path:
+    """The whole tree at commit `sha` (its server, pipeline, engine and shipped pair)."""
+    data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True).stdout
+    top = into / f"at_{sha}"
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(top, filter="data")
+    return top
+
+
+async def replay(roots: dict[str, Path], scripts, time_scale: float, log_dir: Path) -> list[dict]:
+    """The scripts typed into one server per root (each loaded before the next starts)."""
+    from bench.replay import replay_interleaved
+
+    clients = {}
+    try:
+        for name, root in roots.items():
+            env = server_env()
+            env["PYTHONPATH"] = str(root)
+            clients[name] = await start_server(name, dict(DRAFT_CONFIGS["default"], targetModel="default",
+                                                          draftModel="default"), env, log_dir, root=root)
+            await wait_loaded(clients[name])
+        return await replay_interleaved(clients, scripts, time_scale, EDITOR_DEBOUNCE_MS)
+    finally:
+        await close_all(clients)
+
+
+def request_table(records: list[dict], names: list[str]) -> None:
+    by = {name: [r for r in records if r["config"] == name] for name in names}
+    print(f"{'server':<22} {'requests':>8} {'client p50':>10} {'p95':>7} {'job p50':>8} {'server p50':>10} "
+          f"{'server p95':>10}  (ms)")
+    for name, rows in by.items():
+        timed = [r for r in rows if r.get("job_ms") is not None]
+        own = sorted(r["latency_ms"] - r["job_ms"] for r in timed)
+        client = sorted(r["latency_ms"] for r in rows)
+        print(f"{name:<22} {len(rows):>8} {statistics.median(client):>10.2f} {client[int(0.95 * (len(client) - 1))]:>7.2f} "
+              f"{statistics.median(r['job_ms'] for r in timed):>8.2f} {statistics.median(own):>10.2f} "
+              f"{own[int(0.95 * (len(own) - 1))]:>10.2f}")
+    if len(names) == 2:
+        base, this = by[names[0]], by[names[1]]
+        ratio = statistics.median(b["latency_ms"] / t["latency_ms"] for b, t in zip(base, this))
+        same = sum(b["text"] == t["text"] for b, t in zip(base, this))
+        print(f"per request, {names[0]} / {names[1]} client time: median {ratio:.3f}x; same answer {same}/{len(this)}")
+
+
+def edit_costs(seed: int) -> None:
+    from lsprotocol import types
+    from pygls.workspace import TextDocument
+
+    from lsp.positions import LspTextDocument, split_lines
+
+    class PyglsEdit(LspTextDocument):   # the same lines, pygls' own edit
+        _apply_incremental_change = TextDocument._apply_incremental_change
+
+    print(f"\n{'document':<12} {'pygls edit':>10} {'this tree':>10}  (ms per keystroke: a one-character insert, the lines read)")
+    for n in EDIT_LINES:
+        text = "".join(f"    value_{i} = compute(value_{i - 1}, {i})  # note\n" for i in range(n))
+        row = {}
+        for cls in (PyglsEdit, LspTextDocument, PyglsEdit, LspTextDocument):   # each twice, the first warms up
+            doc = cls("file:///edits.py", source=text, sync_kind=types.TextDocumentSyncKind.Incremental)
+            rng = random.Random(seed)
+            t0 = time.perf_counter()
+            for _ in range(EDITS):
+                at = types.Position(line=rng.randrange(n), character=rng.randrange(8))
+                doc.apply_change(types.TextDocumentContentChangePartial(range=types.Range(start=at, end=at), text="x"))
+                doc.lines
+            row[cls] = (time.perf_counter() - t0) * 1000 / EDITS
+            assert doc.lines == split_lines(doc.source)
+        print(f"{f'{n} lines':<12} {row[PyglsEdit]:>10.3f} {row[LspTextDocument]:>10.3f}")
+
+
+def main(argv=None) -> int:
+    ap = bench_parser(PROG, __doc__)
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref whose server runs alongside ('none' to skip)")
+    add_file_options(ap)
+    ap.add_argument("--typed-lines", type=number(int, 1), default=12, help="lines typed per file")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-scale", type=number(float, 0), default=0.1,
+                    help="the typist's pauses, scaled (0: none)")
+    args = ap.parse_args(argv)
+    roots = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline != "none":
+            sha = commit_of(args.baseline)
+            if sha is None:
+                return usage_error(PROG, f"--baseline {args.baseline!r} names no commit")
+            roots[f"baseline {sha}"] = checkout_at(sha, Path(tmp))
+        roots["this tree"] = ROOT
+        from bench.replay import load_scripts
+
+        scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, EDITOR_DEBOUNCE_MS, MIDDLE)
+        n = sum(1 for s in scripts for k in s.keystrokes if k.request)
+        print(f"{PROG}: the middle-of-file replay, {len(scripts)} files, {n} requests, servers: {', '.join(roots)}")
+        records = asyncio.run(replay(roots, scripts, args.time_scale, Path(tmp) / "logs"))
+    request_table(records, list(roots))
+    edit_costs(args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

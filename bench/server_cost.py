@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         if args.baseline != "none":
             sha = commit_of(args.baseline)
             if sha is None:
-                return usage_error(PROG, f"--baseline {args.baseline!r} names no commit")
+                return usage_error(PROG, f"--baseline: {args.baseline!r} names no git commit here")
             roots[f"baseline {sha}"] = checkout_at(sha, Path(tmp))
         roots["this tree"] = ROOT
         from bench.replay import load_scripts

@@ -71,6 +71,9 @@ SPECS: dict[str, FamilySpec] = {
 }
 
 
+SEGMENTS_KEPT = 4   # suffixes kept by FimTemplate._segment (a few documents typed in by turns)
+
+
 @dataclass(frozen=True)
 class ExtraChunk:
     """A piece of another open document offered as context."""
@@ -98,6 +101,9 @@ class FimTemplate:
     # around each call (a prompt's window counts its lines one by one); None: that encode
     _plain: object = field(default=None, repr=False)
     _marker: list[int] | None = field(default=None, repr=False)   # encode("\n"), for encode_infill
+    # the last few prompt segments `build` encoded, by their text: a keystroke changes the prefix,
+    # and the suffix (the rest of the line, the lines after) comes back as it was
+    _segments: dict = field(default_factory=dict, repr=False)
 
     @property
     def default_layout(self) -> str:
@@ -150,12 +156,22 @@ class FimTemplate:
         if self.family == "plain":
             return head + self.encode(prefix)
         if self.family == "codestral":
-            return head + [self.suffix_id] + self.encode_infill(suffix) + [self.prefix_id] + self.encode(prefix)
+            return head + [self.suffix_id] + self._segment(suffix) + [self.prefix_id] + self.encode(prefix)
         if layout == "spm":
-            return (head + [self.prefix_id, self.suffix_id] + self.encode_infill(suffix)
+            return (head + [self.prefix_id, self.suffix_id] + self._segment(suffix)
                     + [self.middle_id] + self.encode(prefix))
         return (head + [self.prefix_id] + self.encode(prefix) + [self.suffix_id]
-                + self.encode_infill(suffix) + [self.middle_id])
+                + self._segment(suffix) + [self.middle_id])
+
+    def _segment(self, text: str) -> list[int]:
+        """encode_infill(text), kept for the last SEGMENTS_KEPT texts (the same text, the same ids:
+        exact for any tokenizer). Callers only concatenate the list."""
+        ids = self._segments.get(text)
+        if ids is None:
+            ids = self._segments[text] = self.encode_infill(text)
+            if len(self._segments) > SEGMENTS_KEPT:
+                del self._segments[next(iter(self._segments))]   # the oldest
+        return ids
 
     def _repo_header(self, extra, path: str, repo: str) -> list[int]:
         if self.family == "qwen":

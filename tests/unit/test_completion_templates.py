@@ -207,3 +207,21 @@ def test_encoding_with_the_plain_rust_tokenizer_gives_transformers_ids(family):
         want = tok.encode(text, add_special_tokens=False, split_special_tokens=True) if text else []
         assert t.encode(text) == want, (family, text)
         assert t.encode_infill(text) == slow.encode_infill(text), (family, text)
+
+
+@pytest.mark.parametrize("family", ["codellama", "codestral", "starcoder"])
+def test_a_suffix_seen_again_gives_the_ids_it_gave_and_a_prompt_is_its_own_list(family):
+    """The suffix's ids are kept by its text between keystrokes (FimTemplate._segment): the same
+    prompt as one built afresh, whatever was done to an earlier prompt, and the new ids where the
+    suffix changed."""
+    t = load_template(tok_for(family))
+    layout = "spm" if family != "starcoder" else "psm"
+    fresh = lambda pre, suf: load_template(tok_for(family)).build(pre, suf, layout)  # noqa: E731
+    first = t.build(PRE, SUF, layout)
+    first[:] = [0] * len(first)                    # a caller's list is its own
+    for pre in (PRE + "h", PRE + "h)", "x = 1\n"):
+        assert t.build(pre, SUF, layout) == fresh(pre, SUF)
+    assert t.build(PRE, SUF + "# more\n", layout) == fresh(PRE, SUF + "# more\n")
+    for i in range(10):                            # it keeps a few suffixes only
+        t.build(PRE, f"\n{i}\n", layout)
+    assert len(t._segments) <= 4 and t.build(PRE, SUF, layout) == fresh(PRE, SUF)

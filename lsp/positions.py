@@ -71,10 +71,11 @@ class LspTextDocument(TextDocument):
 
     def _apply_incremental_change(self, change: types.TextDocumentContentChangePartial) -> None:
         """pygls' incremental edit without writing the whole text out again line by line in
-        Python (a keystroke in a 3,000-line file cost a millisecond of the server's loop): the
-        text is sliced around the edit and its lines split again only around it, the line on
-        each side included (a \r and a \n meeting across the edit's ends are one line break).
-        A range pygls treats oddly (reversed, or past the last line) goes to pygls."""
+        Python (a keystroke in a 3,000-line file took 0.9 ms of the server's loop, 0.07 ms this
+        way: `python -m bench.server_cost`). The text is sliced around the edit and its lines are
+        split again only around it, with the line on each side: a CR and an LF that meet across
+        the edit's ends are one line break. A range pygls treats oddly (reversed, or starting
+        past the last line) goes to pygls."""
         lines = self.lines
         edit = self._position_codec.range_from_client_units(lines, change.range)
         first, last = edit.start.line, edit.end.line
@@ -83,19 +84,17 @@ class LspTextDocument(TextDocument):
             return
         source, text = self.source, change.text
         a, b = max(first - 1, 0), min(last + 2, len(lines))   # the lines split again: a .. b - 1
-        at_a = sum(map(len, lines[:a]))
-        start = at_a + sum(map(len, lines[a:first])) + min(edit.start.character, len(lines[first]))
-        if last < len(lines):
-            end = start - min(edit.start.character, len(lines[first])) + sum(map(len, lines[first:last])) \
-                + min(edit.end.character, len(lines[last]))
-        else:
-            end = len(source)
+        at_a = sum(map(len, lines[:a]))                       # where line a starts in the text
+        at_first = at_a + sum(map(len, lines[a:first]))
         at_b = at_a + sum(map(len, lines[a:b]))
+        # a column past its line's end is the line's end, line break included (as pygls slices)
+        start = at_first + min(edit.start.character, len(lines[first]))
+        end = (at_first + sum(map(len, lines[first:last])) + min(edit.end.character, len(lines[last]))
+               if last < len(lines) else len(source))
         new = source[:start] + text + source[end:]
         grown = len(text) - (end - start)
-        self._source = new
+        self._source, self._split_of = new, new
         self._split = lines[:a] + split_lines(new[at_a:at_b + grown]) + lines[b:]
-        self._split_of = new
 
 
 class LspWorkspace(Workspace):

@@ -225,3 +225,42 @@ def test_a_suffix_seen_again_gives_the_ids_it_gave_and_a_prompt_is_its_own_list(
     for i in range(10):                            # it keeps a few suffixes only
         t.build(PRE, f"\n{i}\n", layout)
     assert len(t._segments) <= 4 and t.build(PRE, SUF, layout) == fresh(PRE, SUF)
+
+
+def _prompt_tokenizers():
+    """The tokenizers prompts are built with here: the shipped target's (its own pre-tokenizer),
+    the real CodeLlama's (Llama-2's SentencePiece BPE with a dummy prefix, tests/real_tokenizers)
+    and the byte-level fixtures."""
+    from transformers import AutoTokenizer
+
+    from engine.models import resolve_name
+    from tests import real_tokenizers as rt
+    return {"shipped target": AutoTokenizer.from_pretrained(resolve_name("default", "target")),
+            "codellama": rt.tokenizer("codellama"), "qwen3": rt.tokenizer("qwen3"),
+            "llama-style": llama_style_tokenizer("codellama"), "starcoder": bytelevel_tokenizer("starcoder")}
+
+
+def test_a_prefix_encoded_line_by_line_is_the_prefix_encoded_whole():
+    """Where the tokenizer never joins a line break with anything (SentencePiece BPE: the shipped
+    target, CodeLlama), the prefix is encoded line by line with each complete line's ids kept
+    (FimTemplate._by_lines); the prompt must be the one encoded whole, whatever the text and
+    wherever the cursor. Byte-level tokenizers ("\\n   " is one of their pieces) encode it whole."""
+    import random
+    from pathlib import Path
+
+    rng = random.Random(3)
+    files = sorted((Path(__file__).parents[2] / "bench" / "files").glob("*.py"))
+    texts = [f.read_text(encoding="utf-8") for f in files]
+    texts.append("x = '你好 😀'  \n\n\t\ty = [\n  1,\t\n]  \n\n\n  # <PRE> </s> ▁▁ é\n" * 3)
+    for name, tok in _prompt_tokenizers().items():
+        t = load_template(tok)
+        assert t._line_wise == (name in ("shipped target", "codellama", "llama-style")), name
+        whole = dataclasses.replace(t, _line_wise=False, _segments={}, _lines={})
+        for _ in range(150):
+            text = rng.choice(texts)
+            a = rng.randrange(len(text))
+            cut = rng.randrange(a, min(len(text), a + 1500) + 1)
+            pre, suf = text[a:cut], text[cut:cut + 300]
+            assert t.build(pre, suf, "spm") == whole.build(pre, suf, "spm"), (name, pre[-60:])
+            assert t.build(pre, suf, "psm") == whole.build(pre, suf, "psm"), (name, pre[-60:])
+        assert len(t._lines) <= 20_000

@@ -18,6 +18,11 @@ the baseline's client time over this tree's.
 Edits: a one-character insert at a random line of a document of 100, 1,000 and 3,000 lines, then
 the lines read (as a request reads them), in process: pygls' own incremental edit (what servers
 before 6aaff39 ran) against this tree's (lsp/positions.py, LspTextDocument), ms per keystroke.
+
+Prompts: the shipped target's prompt at every request of the replay, in process, its window cut
+as the pipeline cuts it (default budgets, no extra context): encoded whole, as before 2026-12-06,
+against this tree's template, which keeps the suffix's ids and encodes the prefix line by line
+(completion/templates.py); ms per request, and whether every prompt came out the same.
 """
 from __future__ import annotations
 
@@ -114,6 +119,37 @@ def edit_costs(seed: int) -> None:
         print(f"{f'{n} lines':<12} {row[PyglsEdit]:>10.3f} {row[LspTextDocument]:>10.3f}")
 
 
+def prompt_costs(scripts) -> None:
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from bench.replay import request_points
+    from completion.context import TokenCounter, cut_window, parse_document
+    from completion.pipeline import CompletionOptions
+    from completion.templates import load_template
+    from engine.models import resolve_name
+
+    template = load_template(AutoTokenizer.from_pretrained(resolve_name("default", "target")))
+    whole = dataclasses.replace(template, _line_wise=False, _segments={}, _lines={})
+    options, count = CompletionOptions(), TokenCounter(template.encode_infill)
+    windows = []
+    for script in scripts:
+        for _, text, line, col in request_points(script):
+            w = cut_window(parse_document(text, line, col), count, options.prefix_tokens, options.suffix_tokens,
+                           options.window_step_lines)
+            windows.append((w.prefix, w.suffix))
+    ms, prompts = {}, {}
+    for name, t in (("whole", whole), ("this tree", template), ("whole", whole), ("this tree", template)):
+        t0 = time.perf_counter()                 # each twice, in turn: the first pass warms up
+        prompts[name] = [t.build(pre, suf, "spm") for pre, suf in windows]
+        ms[name] = (time.perf_counter() - t0) * 1000 / len(windows)
+    same = sum(a == b for a, b in zip(prompts["whole"], prompts["this tree"]))
+    print(f"\nprompts ({len(windows)} requests, the shipped target's template, prefix line by line: "
+          f"{template._line_wise}): encoded whole {ms['whole']:.3f} ms, this tree {ms['this tree']:.3f} ms "
+          f"per request; same prompt {same}/{len(windows)}")
+
+
 def main(argv=None) -> int:
     ap = bench_parser(PROG, __doc__)
     ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref whose server runs alongside ('none' to skip)")
@@ -139,6 +175,7 @@ def main(argv=None) -> int:
         records = asyncio.run(replay(roots, scripts, args.time_scale, Path(tmp) / "logs"))
     request_table(records, list(roots))
     edit_costs(args.seed)
+    prompt_costs(scripts)
     return 0
 
 

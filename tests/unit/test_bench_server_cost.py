@@ -1,5 +1,6 @@
 """bench/server_cost.py: one line for a bad option or git ref; a small run types into this tree's
-server and a commit's side by side, splits each request's time, and times document edits."""
+server and a commit's side by side, splits each request's time, times document edits, and builds
+every request's prompt both ways, the same."""
 from __future__ import annotations
 
 import re
@@ -35,3 +36,6 @@ def test_a_small_run_prints_both_servers_and_the_edit_costs(capsys):
     edits = [line.split() for line in out.splitlines() if re.match(r"\d+ lines", line)]
     assert [int(e[0]) for e in edits] == list(server_cost.EDIT_LINES)
     assert all(float(v) > 0 for e in edits for v in e[2:])
+    prompts = re.search(r"prefix line by line: True\): encoded whole ([\d.]+) ms, this tree ([\d.]+) ms per request; "
+                        r"same prompt (\d+)/(\d+)", out)
+    assert prompts and float(prompts.group(1)) > 0 and prompts.group(3) == prompts.group(4)

@@ -7,6 +7,7 @@ in one run.
     python -m bench.round_cost --baseline HEAD~2 --draft-lengths 4 --reps 3
     python -m bench.round_cost --baseline none          # this tree alone
     python -m bench.round_cost --baseline HEAD~1 --workload end-of-line --draft-lengths auto --reps 4
+    python -m bench.round_cost --baseline none --draft-lengths auto --cold-probe
 
 Both engines run the shipped pair on the same held-out prompts (bench.common.held_out_prompts,
 as `specfill generate` runs them: no cache reuse between prompts), one torch thread, the two
@@ -20,10 +21,16 @@ turning ids into tensors and back, KV-session bookkeeping, drafting through text
 verification, stop checks and stats. The draft model's prefill (its first round in a request)
 is a prefill, not a step: it is left out of the step and round figures and shown on its own.
 Every output is checked against the other engine's (greedy: they must be equal).
+
+`--cold-probe` adds a pass that shows why the Python around the math costs what it does: every
+round, right after its target forward, asks the controller for a fixed plan, then asks again at
+once. The forward streams the target's weights through the caches, so the first asking finds
+its code and data evicted; the second finds them warm.
 """
 from __future__ import annotations
 
 import importlib
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -146,6 +153,34 @@ def instrument(pkg, engine) -> Timers:
     return timers
 
 
+def cold_probe(pkg, engine, run, n: int) -> tuple[float, float, int]:
+    """What the target's forward leaves the Python after it: one pass more over the prompts (or
+    positions), in which every round, right after its target forward, asks the controller for a
+    fixed plan (pure: the engine's state is not touched) and at once asks again. Returns the
+    median us of the first and of the second, and the rounds probed. The pass's own figures are
+    not reported (the probes lengthen its rounds)."""
+    gen = importlib.import_module(pkg.__name__ + ".generate")
+    control = importlib.import_module(pkg.__name__ + ".control")
+    controller, offer = engine.memory.controller, control.LookupOffer(tokens=8, match=3, source="prompt")
+    after_forward, again = [], []
+    score = gen._score
+
+    def probed(*args, **kwargs):
+        out = score(*args, **kwargs)
+        for times in (after_forward, again):
+            t0 = time.perf_counter()
+            controller.plan(offer, True, 16, True, True, 0)
+            times.append((time.perf_counter() - t0) * 1e6)
+        return out
+    gen._score = probed
+    try:
+        for i in range(n):
+            run(i, "probe", defaultdict(float))
+    finally:
+        gen._score = score
+    return statistics.median(after_forward), statistics.median(again), len(again)
+
+
 def count(result, totals: dict) -> list[int]:
     """Add one engine run's figures to `totals`; its token ids."""
     s = result.stats
@@ -252,6 +287,8 @@ def main(argv=None) -> int:
                     help="held-out left-to-right prompts (as specfill generate), or end-of-line answers "
                          "through the completion pipeline (its own positions and the pipeline's maxNewTokens: "
                          "--prompts, --prompt-chars and --max-new-tokens are for generate)")
+    ap.add_argument("--cold-probe", action="store_true",
+                    help="one more pass: how much slower the same Python runs right after a target forward")
     args = ap.parse_args(argv)
     refs = {"--ref": args.ref, "--baseline": None if args.baseline == "none" else args.baseline}
     shas = {option: commit_of(ref) for option, ref in refs.items() if ref is not None}
@@ -273,7 +310,7 @@ def main(argv=None) -> int:
             f"{args.prompts} prompts of {args.prompt_chars} characters, {args.max_new_tokens} new tokens"
         print(f"torch {torch.__version__}, 1 thread; {what}, {args.reps} passes (the first not counted); shipped pair")
         for length in args.draft_lengths:
-            engines = []
+            engines, engine_of = [], {}
             for label, pkg in pkgs:
                 eng_mod = importlib.import_module(pkg.__name__ + ".engine")
                 set_mod = importlib.import_module(pkg.__name__ + ".settings")
@@ -286,6 +323,7 @@ def main(argv=None) -> int:
                     run = (lambda i, rep, totals, e=engine, s=settings, ps=prompts:
                            count(e.generate(ps[i][0], ps[i][1], s), totals))
                 engines.append((label, run, instrument(pkg, engine)))
+                engine_of[label] = engine
             n = len(positions) if eol else len(texts)
             outputs: dict[tuple[str, int], list[int]] = {}
             totals = {label: defaultdict(float) for label, *_ in engines}
@@ -301,6 +339,12 @@ def main(argv=None) -> int:
             same = sum(len({tuple(outputs[(label, i)]) for label, *_ in engines}) == 1 for i in range(n))
             print(f"\n## draft length {length}: outputs equal across engines {same}/{n}\n")
             print_table(rows)
+            if args.cold_probe:
+                (label, run, _), pkg = engines[0], pkgs[0][1]
+                cold, warm, probed = cold_probe(pkg, engine_of[label], run, n)
+                print(f"\ncold caches ({label}): the controller's plan for a fixed offer took {cold:.1f} us right "
+                      f"after a round's target forward and {warm:.1f} us asked again at once ({cold / warm:.1f}x; "
+                      f"medians over {probed} rounds of one more pass)")
             if len(rows) == 2:
                 a, b = rows
                 ratio = lambda x, y: f"{y / x:.2f}x" if x > 0 else "-"  # noqa: E731

@@ -74,13 +74,15 @@ class PipeReader:
             return exc.partial
 
 
-async def _stdin_reader(ls: LanguageServer, stdin: BinaryIO):
+async def _stdin_reader(ls: LanguageServer, stdin: BinaryIO, stdout: BinaryIO):
     """A PipeReader where stdin is a pipe or a socket (as editors start a server), else pygls's
-    own reader (a file, a terminal: asyncio cannot watch the one, and would leave the other
-    non-blocking for the shell after us)."""
+    own reader: for a file or a terminal (asyncio cannot watch the one, and would leave the other
+    non-blocking for the shell after us), and for one socket the client gave as both stdin and
+    stdout (non-blocking for reading, it would be non-blocking for our writes too)."""
     try:
         mode = os.fstat(stdin.fileno()).st_mode
-        if os.name == "posix" and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        if (os.name == "posix" and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode))
+                and not os.path.sameopenfile(stdin.fileno(), stdout.fileno())):
             stream = asyncio.StreamReader()
             await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stream), stdin)
             return PipeReader(stream)
@@ -96,7 +98,7 @@ def start_stdio(ls: LanguageServer, stdin: BinaryIO, stdout: BinaryIO) -> None:
     ls.protocol.set_writer(StdoutWriter(stdout))
 
     async def serve() -> None:
-        reader = await _stdin_reader(ls, stdin)
+        reader = await _stdin_reader(ls, stdin, stdout)
         await run_async(stop_event=stop_event, reader=reader, protocol=ls.protocol, logger=log,
                         error_handler=ls.report_server_error)
 

@@ -81,7 +81,7 @@ class Job:
 
 
 def lf(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def accepted_document(answer: Answer) -> tuple[str, int, int]:

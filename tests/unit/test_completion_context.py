@@ -171,3 +171,11 @@ def test_chosen_layout_keeps_the_kv_cache_valid_while_typing():
         assert chosen["reuse_rate"] > 0.98
         assert chosen["recomputed_per_keystroke"] < 10
         assert psm["recomputed_per_keystroke"] > 10 * chosen["recomputed_per_keystroke"]
+
+
+def test_lines_break_at_lf_crlf_and_cr_and_the_first_crlf_names_the_line_ending():
+    cases = {"a\nb\n": (["a", "b", ""], "\n"), "a\r\nb\r\n": (["a", "b", ""], "\r\n"),
+             "a\rb": (["a", "b"], "\n"), "a\rb\r\nc\nd": (["a", "b", "c", "d"], "\r\n"), "": ([""], "\n")}
+    for text, (lines, eol) in cases.items():
+        cur = parse_document(text, 0, 0)
+        assert (cur.lines, cur.eol) == (lines, eol), repr(text)

@@ -83,9 +83,10 @@ def request_table(records: list[dict], names: list[str]) -> None:
         timed = [r for r in rows if r.get("job_ms") is not None]
         own = sorted(r["latency_ms"] - r["job_ms"] for r in timed)
         client = sorted(r["latency_ms"] for r in rows)
-        print(f"{name:<22} {len(rows):>8} {statistics.median(client):>10.2f} {client[int(0.95 * (len(client) - 1))]:>7.2f} "
+        p95 = lambda values: values[int(0.95 * (len(values) - 1))]  # noqa: E731 (sorted values)
+        print(f"{name:<22} {len(rows):>8} {statistics.median(client):>10.2f} {p95(client):>7.2f} "
               f"{statistics.median(r['job_ms'] for r in timed):>8.2f} {statistics.median(own):>10.2f} "
-              f"{own[int(0.95 * (len(own) - 1))]:>10.2f}")
+              f"{p95(own):>10.2f}")
     if len(names) == 2:
         base, this = by[names[0]], by[names[1]]
         ratio = statistics.median(b["latency_ms"] / t["latency_ms"] for b, t in zip(base, this))
@@ -102,7 +103,8 @@ def edit_costs(seed: int) -> None:
     class PyglsEdit(LspTextDocument):   # the same lines, pygls' own edit
         _apply_incremental_change = TextDocument._apply_incremental_change
 
-    print(f"\n{'document':<12} {'pygls edit':>10} {'this tree':>10}  (ms per keystroke: a one-character insert, the lines read)")
+    print(f"\n{'document':<12} {'pygls edit':>10} {'this tree':>10}  "
+          "(ms per keystroke: a one-character insert, the lines read)")
     for n in EDIT_LINES:
         text = "".join(f"    value_{i} = compute(value_{i - 1}, {i})  # note\n" for i in range(n))
         row = {}

@@ -55,6 +55,13 @@ class Cursor:
         return "\n".join(out)[:chars]
 
 
+def to_lf(text: str) -> str:
+    """`text` with every line break (CRLF, a lone CR) as LF. A CR is looked for alone first: a
+    search for the two characters "\r\n" scans a long text many times slower than one for a
+    single character, and most texts have no CR at all."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
 def parse_document(text: str, line: int, character: int) -> Cursor:
     """Split text at (line, character), both 0-based python codepoints; bad input -> ValueError."""
     if not isinstance(text, str):
@@ -64,11 +71,8 @@ def parse_document(text: str, line: int, character: int) -> Cursor:
                          f"limit {MAX_DOCUMENT_CHARS})")
     if "\x00" in text:
         raise ValueError("document looks binary (contains NUL characters); not completing")
-    # (a CR looked for alone first: a search for the two characters "\r\n" scans a long text many
-    # times slower than one for a single character, and most texts have no CR at all)
-    carriage_return = "\r" in text
-    eol = "\r\n" if carriage_return and "\r\n" in text else "\n"
-    lines = (text.replace("\r\n", "\n").replace("\r", "\n") if carriage_return else text).split("\n")
+    eol = "\r\n" if "\r" in text and "\r\n" in text else "\n"     # (the CR alone first, as in to_lf)
+    lines = to_lf(text).split("\n")
     if not isinstance(line, int) or not isinstance(character, int) or line < 0 or character < 0:
         raise ValueError(f"invalid position line={line!r} character={character!r}")
     if line >= len(lines):

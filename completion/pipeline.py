@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import cachetools
 
 from completion.cache import CompletionCache
-from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, uri_to_path
+from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, to_lf, uri_to_path
 from completion.postprocess import AnswerCut, Cleaned, clean_completion, is_single_line, with_eol
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, FimTemplate, load_template
@@ -354,9 +354,7 @@ class CompletionPipeline:
         rules = AnswerCut(cur, options.multiline, options.max_lines, options.tab_size)
 
         def check(text: str) -> TextStop | None:
-            if "\r" in text:
-                text = text.replace("\r\n", "\n").replace("\r", "\n")
-            cut = rules(text, final=False)
+            cut = rules(to_lf(text), final=False)
             return TextStop(cut.reason, cut.decided_at) if cut is not None else None
         return check
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from completion.context import Cursor
+from completion.context import Cursor, to_lf
 
 OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSERS = {")": "(", "]": "[", "}": "{"}
@@ -157,7 +157,7 @@ class AnswerCut:
 
 def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8,
                      tab_size: int = 4) -> Cleaned | None:
-    text = middle.replace("\r\n", "\n").replace("\r", "\n")
+    text = to_lf(middle)
     # A control character (but tab and newline) is never code anyone wants typed in, and editors
     # draw it as ^K and the like: the answer ends before it (a small model sampled at
     # temperature 1 writes one now and then).

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from completion.context import to_lf
 from lsp import backend, telemetry
 from lsp.documents import document_key
 
@@ -80,18 +81,14 @@ class Job:
     used: bool = False
 
 
-def lf(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
-
-
 def accepted_document(answer: Answer) -> tuple[str, int, int]:
     """(document text, line, character) once `answer` is accepted whole: its text inserted at
     the cursor over what it replaces, the cursor at the end of it (codepoints). The text keeps
     the document's line ending (the first CRLF decides, as in the pipeline)."""
-    lines = lf(answer.text).split("\n")
+    lines = to_lf(answer.text).split("\n")
     line, character = answer.cursor
     end = answer.replace_end[1] if answer.replace_end[0] == line else character
-    inserted = lf(answer.insert).split("\n")
+    inserted = to_lf(answer.insert).split("\n")
     head, tail = lines[line][:character], lines[line][end:]
     joined = (head + "\n".join(inserted) + tail).split("\n")
     eol = "\r\n" if "\r\n" in answer.text else "\n"
@@ -111,7 +108,7 @@ def _offset(text: str, line: int, character: int) -> int:
 def on_the_way(answer: Answer, now: str) -> bool:
     """Whether document text `now` is where the answer was asked, or has some of the suggestion
     typed (or accepted in part) at the cursor since: accepting the rest gets to the target."""
-    before, now, insert = lf(answer.text), lf(now), lf(answer.insert)
+    before, now, insert = to_lf(answer.text), to_lf(now), to_lf(answer.insert)
     typed = len(now) - len(before)
     if not 0 <= typed <= len(insert):
         return False
@@ -156,7 +153,7 @@ class Prefetcher:
         if job is None:
             return
         t = job.target
-        if (key, cursor) == (t.key, (t.line, t.character)) and lf(text) == t.text:
+        if (key, cursor) == (t.key, (t.line, t.character)) and to_lf(text) == t.text:
             if not job.used and not job.cancel.is_set():
                 job.used = True
                 if job.done:
@@ -191,7 +188,7 @@ class Prefetcher:
         if doc is None:
             return
         text, line, character = accepted_document(answer)
-        target = Target(key, lf(text), line, character)
+        target = Target(key, to_lf(text), line, character)
         if self.job is not None and self.job.target == target and not self.job.cancel.is_set():
             return   # already prefetched (the same suggestion reported again, typed through)
         if state.inflight or state.worker_busy:

@@ -228,7 +228,7 @@ class CompletionPipeline:
     def _counter(self, t: FimTemplate) -> TokenCounter:
         c = self._counters.get(id(t))
         if c is None:
-            c = self._counters[id(t)] = TokenCounter(t.encode_infill)
+            c = self._counters[id(t)] = TokenCounter(t.infill_ids)   # (the ids the prompt's lines reuse)
         return c
 
     # -- requests ---------------------------------------------------------------------------------

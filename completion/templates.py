@@ -26,6 +26,8 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+import cachetools
+
 log = logging.getLogger(__name__)
 
 FAMILIES = ("codellama", "starcoder", "starcoder2", "deepseek", "qwen", "codegemma", "codestral", "plain")
@@ -73,7 +75,7 @@ SPECS: dict[str, FamilySpec] = {
 
 
 SEGMENTS_KEPT = 4   # suffixes kept by FimTemplate._segment (a few documents typed in by turns)
-LINES_KEPT = 20_000   # lines' ids kept by FimTemplate._line_ids
+LINES_KEPT = 20_000   # texts' ids kept by FimTemplate.infill_ids (lines, and what windows count)
 # Text that `breaks_at_newlines` encodes both whole and line by line, to confirm what it read in
 # the tokenizer's definition: line breaks among spaces, tabs, blank lines, non-ASCII, markup.
 NEWLINE_SAMPLE = ("def f(a, b):  \n\n    return a  +  b\t\n  \n\t x = [1,\n  2]  # é 😀 ▁\n"
@@ -109,11 +111,12 @@ class FimTemplate:
     _marker: list[int] | None = field(default=None, repr=False)   # encode("\n"), for encode_infill
     # the last few prompt segments `build` encoded, by their text: a keystroke changes the prefix,
     # and the suffix (the rest of the line, the lines after) comes back as it was
-    _segments: dict = field(default_factory=dict, repr=False)
+    _segments: cachetools.LRUCache = field(default_factory=lambda: cachetools.LRUCache(SEGMENTS_KEPT),
+                                           repr=False)
     # the tokenizer never joins a line break with anything (`breaks_at_newlines`): a prefix is
-    # encoded line by line, each complete line's ids kept by its text (`_line_ids`)
+    # encoded line by line, each complete line's ids kept by its text (`infill_ids`)
     _line_wise: bool = field(default=False, repr=False)
-    _lines: dict = field(default_factory=dict, repr=False)
+    _lines: cachetools.LRUCache = field(default_factory=lambda: cachetools.LRUCache(LINES_KEPT), repr=False)
 
     @property
     def default_layout(self) -> str:
@@ -185,29 +188,22 @@ class FimTemplate:
         lines = text.split("\n")
         if len(lines) == 1:
             return self.encode(text)
-        ids = list(self._line_ids(lines[0] + "\n", first=True))    # (a list of its own: extended below)
+        first = lines[0] + "\n"                         # as text begins; a list of its own, extended below
+        ids = list(_kept(self._lines, (True, first), self.encode, first))
         for line in lines[1:-1]:
-            ids += self._line_ids(line + "\n")
+            ids += self.infill_ids(line + "\n")
         return ids + self.encode_infill(lines[-1])     # the cursor's line: it changes every keystroke
 
-    def _line_ids(self, line: str, first: bool = False) -> list[int]:
-        key = (first, line)
-        ids = self._lines.get(key)
-        if ids is None:
-            ids = self._lines[key] = self.encode(line) if first else self.encode_infill(line)
-            if len(self._lines) > LINES_KEPT:
-                del self._lines[next(iter(self._lines))]   # the oldest
-        return ids
+    def infill_ids(self, text: str) -> list[int]:
+        """encode_infill(text), kept by its text (the last LINES_KEPT): a prefix's complete lines,
+        and what the pipeline's windows count (the same lines, so each is encoded once). The
+        caller must not change the list."""
+        return _kept(self._lines, (False, text), self.encode_infill, text)
 
     def _segment(self, text: str) -> list[int]:
         """encode_infill(text), kept for the last SEGMENTS_KEPT texts (the same text, the same ids:
         exact for any tokenizer). Callers only concatenate the list."""
-        ids = self._segments.get(text)
-        if ids is None:
-            ids = self._segments[text] = self.encode_infill(text)
-            if len(self._segments) > SEGMENTS_KEPT:
-                del self._segments[next(iter(self._segments))]   # the oldest
-        return ids
+        return _kept(self._segments, text, self.encode_infill, text)
 
     def _repo_header(self, extra, path: str, repo: str) -> list[int]:
         if self.family == "qwen":
@@ -292,6 +288,14 @@ def load_template(tokenizer, setting: str = "auto", plain=None) -> FimTemplate:
     )
     template._line_wise = breaks_at_newlines(template)
     return template
+
+
+def _kept(cache: cachetools.LRUCache, key, encode, text: str) -> list[int]:
+    """The ids `cache` keeps under `key`; encode(text), kept there, where it keeps none."""
+    ids = cache.get(key)
+    if ids is None:
+        ids = cache[key] = encode(text)
+    return ids
 
 
 def _adds_bos(tokenizer) -> bool:

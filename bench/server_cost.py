@@ -20,9 +20,10 @@ the lines read (as a request reads them), in process: pygls' own incremental edi
 before 6aaff39 ran) against this tree's (lsp/positions.py, LspTextDocument), ms per keystroke.
 
 Prompts: the shipped target's prompt at every request of the replay, in process, its window cut
-as the pipeline cuts it (default budgets, no extra context): encoded whole, as before 2026-12-06,
-against this tree's template, which keeps the suffix's ids and encodes the prefix line by line
-(completion/templates.py); ms per request, and whether every prompt came out the same.
+as the pipeline cuts it (default budgets, no extra context): encoded whole with nothing kept from
+one request to the next, as before 2026-12-06, against this tree's template, which keeps the
+suffix's ids and encodes the prefix line by line (completion/templates.py); ms per request, and
+whether every prompt came out the same.
 """
 from __future__ import annotations
 
@@ -134,17 +135,22 @@ def prompt_costs(scripts) -> None:
 
     template = load_template(AutoTokenizer.from_pretrained(resolve_name("default", "target")))
     whole = dataclasses.replace(template, _line_wise=False, _segments={}, _lines={})
-    options, count = CompletionOptions(), TokenCounter(template.encode_infill)
+    options, count = CompletionOptions(), TokenCounter(template.infill_ids)   # as the pipeline counts
     windows = []
     for script in scripts:
         for _, text, line, col in request_points(script):
             w = cut_window(parse_document(text, line, col), count, options.prefix_tokens, options.suffix_tokens,
                            options.window_step_lines)
             windows.append((w.prefix, w.suffix))
+
+    def build(t, pre: str, suf: str) -> list[int]:
+        if t is whole:             # as before: nothing kept from one request to the next
+            whole._segments.clear()
+        return t.build(pre, suf, "spm")
     ms, prompts = {}, {}
     for name, t in (("whole", whole), ("this tree", template), ("whole", whole), ("this tree", template)):
         t0 = time.perf_counter()                 # each twice, in turn: the first pass warms up
-        prompts[name] = [t.build(pre, suf, "spm") for pre, suf in windows]
+        prompts[name] = [build(t, pre, suf) for pre, suf in windows]
         ms[name] = (time.perf_counter() - t0) * 1000 / len(windows)
     same = sum(a == b for a, b in zip(prompts["whole"], prompts["this tree"]))
     print(f"\nprompts ({len(windows)} requests, the shipped target's template, prefix line by line: "

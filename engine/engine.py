@@ -88,9 +88,9 @@ class Engine:
         them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup, where
         requests with `settings` would not use it, or where they skip the documents for now
         (reading them has not paid: DocumentsWorth)."""
-        lookup = self.drafters.lookup
-        if lookup is None or lookup.index is None or (settings is not None and not self.drafters.lookup_drafts(settings)) \
-                or ((settings or GenerationSettings()).cost_aware and not lookup.documents_worth.wanted()):
+        lookup, settings = self.drafters.lookup, settings or GenerationSettings()
+        if lookup is None or lookup.index is None or not self.drafters.lookup_drafts(settings) \
+                or (settings.cost_aware and not lookup.documents_worth.wanted()):
             return 0
         return lookup.index.warm(texts, stop=stop)
 

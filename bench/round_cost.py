@@ -71,15 +71,21 @@ def draft_lengths(value: str) -> list[int | str]:
     return [draft_length(v.strip()) for v in value.split(",")]
 
 
-def engine_at(sha: str, into: Path):
-    """The `engine` package as it was at commit `sha`, imported under its own name, so both
-    engines run in one process (it imports nothing outside itself but torch, transformers,
-    tokenizers)."""
-    data = subprocess.run(["git", "archive", "--format=tar", sha, "engine"], cwd=ROOT, capture_output=True,
+def tree_at(sha: str, into: Path, *paths: str) -> Path:
+    """The tree at commit `sha` (only `paths` where given), written out under `into`."""
+    data = subprocess.run(["git", "archive", "--format=tar", sha, *paths], cwd=ROOT, capture_output=True,
                           check=True).stdout
     top = into / f"at_{sha}"
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(top, filter="data")
+    return top
+
+
+def engine_at(sha: str, into: Path):
+    """The `engine` package as it was at commit `sha`, imported under its own name, so both
+    engines run in one process (it imports nothing outside itself but torch, transformers,
+    tokenizers)."""
+    top = tree_at(sha, into, "engine")
     name = f"engine_at_{sha}"
     (top / "engine").rename(top / name)
     sys.path.insert(0, str(top))
@@ -310,7 +316,7 @@ def main(argv=None) -> int:
             f"{args.prompts} prompts of {args.prompt_chars} characters, {args.max_new_tokens} new tokens"
         print(f"torch {torch.__version__}, 1 thread; {what}, {args.reps} passes (the first not counted); shipped pair")
         for length in args.draft_lengths:
-            engines, engine_of = [], {}
+            engines = []
             for label, pkg in pkgs:
                 eng_mod = importlib.import_module(pkg.__name__ + ".engine")
                 set_mod = importlib.import_module(pkg.__name__ + ".settings")
@@ -322,26 +328,25 @@ def main(argv=None) -> int:
                     prompts = [prompt_ids(engine, t) for t in texts]
                     run = (lambda i, rep, totals, e=engine, s=settings, ps=prompts:
                            count(e.generate(ps[i][0], ps[i][1], s), totals))
-                engines.append((label, run, instrument(pkg, engine)))
-                engine_of[label] = engine
+                engines.append((label, run, instrument(pkg, engine), engine))
             n = len(positions) if eol else len(texts)
             outputs: dict[tuple[str, int], list[int]] = {}
             totals = {label: defaultdict(float) for label, *_ in engines}
             for rep in range(args.reps):
-                for _, _, timers in engines:
+                for _, _, timers, _ in engines:
                     timers.reset()
                 totals = {label: defaultdict(float) for label, *_ in engines}
                 for i in range(n):
                     order = engines if i % 2 == 0 else engines[::-1]
-                    for label, run, timers in order:
+                    for label, run, timers, _ in order:
                         outputs[(label, i)] = run(i, rep, totals[label])
-            rows = [report(label, timers, totals[label]) for label, _, timers in engines]
+            rows = [report(label, timers, totals[label]) for label, _, timers, _ in engines]
             same = sum(len({tuple(outputs[(label, i)]) for label, *_ in engines}) == 1 for i in range(n))
             print(f"\n## draft length {length}: outputs equal across engines {same}/{n}\n")
             print_table(rows)
             if args.cold_probe:
-                (label, run, _), pkg = engines[0], pkgs[0][1]
-                cold, warm, probed = cold_probe(pkg, engine_of[label], run, n)
+                (label, run, _, engine), pkg = engines[0], pkgs[0][1]
+                cold, warm, probed = cold_probe(pkg, engine, run, n)
                 print(f"\ncold caches ({label}): the controller's plan for a fixed offer took {cold:.1f} us right "
                       f"after a round's target forward and {warm:.1f} us asked again at once ({cold / warm:.1f}x; "
                       f"medians over {probed} rounds of one more pass)")

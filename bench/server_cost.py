@@ -30,17 +30,14 @@ from __future__ import annotations
 import asyncio
 import random
 import statistics
-import subprocess
-import tarfile
 import tempfile
 import time
-from io import BytesIO
 from pathlib import Path
 
 from bench.common import (DEFAULT_FILES, DRAFT_CONFIGS, ROOT, add_file_options, bench_parser, close_all, server_env,
                           start_server, usage_error, wait_loaded)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, MIDDLE
-from bench.round_cost import commit_of
+from bench.round_cost import commit_of, tree_at
 from lsp.arguments import number
 
 PROG = "python -m bench.server_cost"
@@ -48,15 +45,6 @@ PROG = "python -m bench.server_cost"
 DEFAULT_BASELINE = "eee68d1"
 EDIT_LINES = (100, 1000, 3000)
 EDITS = 300
-
-
-def checkout_at(sha: str, into: Path) -> Path:
-    """The whole tree at commit `sha` (its server, pipeline, engine and shipped pair)."""
-    data = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT, capture_output=True, check=True).stdout
-    top = into / f"at_{sha}"
-    with tarfile.open(fileobj=BytesIO(data)) as tar:
-        tar.extractall(top, filter="data")
-    return top
 
 
 async def replay(roots: dict[str, Path], scripts, time_scale: float, log_dir: Path) -> list[dict]:
@@ -173,7 +161,7 @@ def main(argv=None) -> int:
             sha = commit_of(args.baseline)
             if sha is None:
                 return usage_error(PROG, f"--baseline: {args.baseline!r} names no git commit here")
-            roots[f"baseline {sha}"] = checkout_at(sha, Path(tmp))
+            roots[f"baseline {sha}"] = tree_at(sha, Path(tmp))   # its server, pipeline, engine and pair
         roots["this tree"] = ROOT
         from bench.replay import load_scripts
 

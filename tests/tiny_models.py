@@ -54,13 +54,19 @@ def _train(model: torch.nn.Module, tokenizer, steps: int, seed: int) -> torch.nn
     share habits (real acceptance) and make decisive greedy choices."""
     torch.manual_seed(seed)
     ids = torch.tensor(tokenizer.encode("\n".join(code_corpus()), add_special_tokens=False))
+    return train_on_ids(model, ids, steps, seed)
+
+
+def train_on_ids(model: torch.nn.Module, ids: torch.Tensor, steps: int, seed: int,
+                 window: int = 64, batch: int = 16) -> torch.nn.Module:
+    """`steps` AdamW steps of next-token training on random windows of `ids` (seeded)."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        starts = torch.randint(0, len(ids) - 65, (16,), generator=gen)
-        batch = torch.stack([ids[s:s + 65] for s in starts.tolist()])
-        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1].clone()).loss
+        starts = torch.randint(0, len(ids) - window - 1, (batch,), generator=gen)
+        rows = torch.stack([ids[s:s + window + 1] for s in starts.tolist()])
+        loss = model(input_ids=rows[:, :-1], labels=rows[:, :-1].clone()).loss
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -13,10 +13,10 @@ from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettin
 from engine.control import OTHER_PRIOR, DraftController, LookupOffer, VerifyCost
 from engine.datastore import Datastore, save
 from engine.lookup import NgramDrafter
+from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, chi_square_ok
 from tests.tiny_models import tiny_pair_dirs
 from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
-from tests.unit.test_engine_sampling import (N_SAMPLES, TEMPERATURE, TOP_K, TOP_P, _chi_square_ok,
-                                             _exact_two_token_dist, small_models)  # noqa: F401 (fixture)
+from tests.unit.test_engine_sampling import N_SAMPLES, _exact_two_token_dist, small_models  # noqa: F401 (fixture)
 
 PROMPT_TEXT = "abcdab"    # the text's copy after "ab" is "cd..."; the store's, after the whole prompt, is not
 
@@ -172,4 +172,4 @@ def test_sampling_through_pairs_follows_the_target(small_models, tmp_path, share
         shared += r.stats.pair_shared
     assert pairs > N_SAMPLES // 4, pairs
     assert shared > N_SAMPLES // 4 if shared_start else shared == 0, shared
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+    assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)

@@ -4,32 +4,21 @@ Small vocabularies keep it fast: the exact target distribution of the first two 
 computed by forward passes, then speculative samples are tested against it. A sanity check
 shows the test rejects a wrong distribution (the draft's), so it can fail.
 """
-import math
 from collections import Counter
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM
 
 from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
 from engine.drafters import ModelDrafter, TextDrafter
 from engine.lookup import NgramDrafter
-from engine.sampling import greedy_ids, target_probs
+from engine.sampling import greedy_ids
 from engine.vocab import build_vocab
+from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, char_tokenizer, chi_square_ok, output_law
 from tests.tiny_models import init_sharp, llama_config
 
 N_SAMPLES = 1200
-TEMPERATURE, TOP_K, TOP_P = 0.9, 0, 0.95
-
-
-def _tokenizer(merges):
-    chars = ["a", "b", "c", "d"]
-    vocab = {"<s>": 0, **{c: i + 1 for i, c in enumerate(chars)}}
-    for a, b in merges:
-        vocab[a + b] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>")
 
 
 def _loaded(tokenizer, seed, scale):
@@ -40,8 +29,8 @@ def _loaded(tokenizer, seed, scale):
 
 @pytest.fixture(scope="module")
 def small_models():
-    t_tok = _tokenizer([("a", "b"), ("c", "d")])
-    d_tok = _tokenizer([("b", "c"), ("d", "a")])
+    t_tok = char_tokenizer([("a", "b"), ("c", "d")])
+    d_tok = char_tokenizer([("b", "c"), ("d", "a")])
     target = _loaded(t_tok, seed=11, scale=0.25)
     same_vocab_draft = _loaded(t_tok, seed=12, scale=0.25)
     other_vocab_draft = _loaded(d_tok, seed=13, scale=0.25)
@@ -51,45 +40,7 @@ def small_models():
 def _exact_two_token_dist(target, prompt):
     """P(t1, t2) of the target alone after the sampling transforms. Token 0 (<s>) is
     special and ends generation, so (t1, 0) is the one-token output (t1,)."""
-    with torch.no_grad():
-        logits = target.model(torch.tensor([prompt])).logits[0, -1:]
-        p1 = target_probs(logits.float(), TEMPERATURE, TOP_K, TOP_P)[0]
-        dist = {}
-        for t1 in range(p1.shape[0]):
-            if p1[t1] == 0:
-                continue
-            if t1 == 0:
-                dist[()] = float(p1[0])
-                continue
-            l2 = target.model(torch.tensor([prompt + [t1]])).logits[0, -1:]
-            p2 = target_probs(l2.float(), TEMPERATURE, TOP_K, TOP_P)[0]
-            for t2 in range(p2.shape[0]):
-                if p2[t2] > 0:
-                    dist[(t1, t2) if t2 else (t1,)] = float(p1[t1] * p2[t2])
-    return dist
-
-
-def _chi_square_ok(counts: Counter, dist: dict, n: int) -> bool:
-    # Pool cells with small expectation, then compare with the 99.9% quantile
-    # (Wilson-Hilferty approximation of the chi-square distribution).
-    cells, pooled_obs, pooled_exp = [], 0, 0.0
-    for key, p in dist.items():
-        e = p * n
-        if e < 5:
-            pooled_obs += counts.get(key, 0)
-            pooled_exp += e
-        else:
-            cells.append((counts.get(key, 0), e))
-    unexpected = sum(c for k, c in counts.items() if k not in dist)
-    if unexpected:
-        return False
-    if pooled_exp > 0:
-        cells.append((pooled_obs, pooled_exp))
-    stat = sum((o - e) ** 2 / e for o, e in cells)
-    df = max(1, len(cells) - 1)
-    z = 3.09
-    crit = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-    return stat < crit
+    return output_law(target.model, prompt, 2, min_mass=0.0).cells
 
 
 def model_drafter(which: str, target, draft, other, text: str):
@@ -122,7 +73,7 @@ def test_rejection_sampling_same_vocabulary(small_models):
     dist = _exact_two_token_dist(target, prompt)
     drafter = ModelDrafter(KVPool(draft.model, 2, 256))
     counts = _sample_pairs(target, Drafters(model=drafter), prompt, None, 1000)
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+    assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
 def test_sample_and_compare_other_vocabulary(small_models):
@@ -132,7 +83,7 @@ def test_sample_and_compare_other_vocabulary(small_models):
     dist = _exact_two_token_dist(target, prompt)
     drafter = TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab)
     counts = _sample_pairs(target, Drafters(model=drafter), prompt, d_prompt, 5000)
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+    assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
 @pytest.mark.parametrize("which", ["same-vocabulary", "other-vocabulary"])
@@ -146,7 +97,7 @@ def test_sampling_with_lookup_and_draft_under_the_controller(small_models, which
     model, d_prompt = model_drafter(which, target, draft, other, PROMPT_TEXT)
     drafters = Drafters(lookup=NgramDrafter(), model=model)
     counts = _sample_pairs(target, drafters, prompt, d_prompt, 9000, draft_length="auto")
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+    assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
 def test_sampling_with_datastore_proposals(small_models, tmp_path):
@@ -166,7 +117,7 @@ def test_sampling_with_datastore_proposals(small_models, tmp_path):
     lookup.read()
     assert lookup.propose(prompt, [], 2, None).source == "datastore"
     counts = _sample_pairs(target, Drafters(lookup=lookup), prompt, None, 13000)
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+    assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
 def test_chi_square_rejects_the_draft_distribution(small_models):
@@ -179,7 +130,7 @@ def test_chi_square_rejects_the_draft_distribution(small_models):
     keys = list(draft_dist)
     idx = torch.multinomial(torch.tensor([draft_dist[k] for k in keys]), N_SAMPLES, replacement=True, generator=g)
     counts = Counter(keys[i] for i in idx.tolist())
-    assert not _chi_square_ok(counts, dist, N_SAMPLES)
+    assert not chi_square_ok(counts, dist, N_SAMPLES)
 
 
 def test_greedy_ids_equal_torch_argmax_on_every_dtype_and_edge():

@@ -11,10 +11,11 @@ import pytest
 from engine import DraftMemory, Drafters, Engine, EngineConfig, GenerationSettings, KVPool, speculative_generate
 from engine.control import DraftController, LookupOffer, VerifyCost
 from engine.lookup import NgramDrafter
+from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, chi_square_ok
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
-from tests.unit.test_engine_sampling import (N_SAMPLES, TEMPERATURE, TOP_K, TOP_P, _chi_square_ok,
-                                             _exact_two_token_dist, model_drafter, small_models)  # noqa: F401 (fixture)
+from tests.unit.test_engine_sampling import (N_SAMPLES, _exact_two_token_dist, model_drafter,
+                                             small_models)  # noqa: F401 (fixture)
 
 
 # "ab" comes again at the end: prompt lookup proposes "cd ab ..." beside the draft model, and
@@ -87,4 +88,4 @@ def test_sampling_through_trees_follows_the_target(small_models, which):  # noqa
         counts[tuple(r.token_ids[:2])] += 1
         passes += r.stats.tree_passes
     assert passes > N_SAMPLES // 4, passes
-    assert _chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
+    assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)

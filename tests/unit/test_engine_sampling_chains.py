@@ -1,0 +1,185 @@
+"""Sampled speculative output follows the target's law over whole outputs of several tokens,
+with drafts of 4-7 tokens verified in one round, for every drafter: the draft model with the
+target's vocabulary (rejection sampling with its q), the draft model with another tokenizer and
+prompt lookup (sample-and-compare), the datastore of answers, and the cost-aware controller
+mixing them (chains, trees, pairs).
+
+The models know one habit: text that goes round "abcd", now and then leaving it (they are
+trained a moment on such text). So prompt lookup's copies of the prompt's cycle and the drafts
+hold for several tokens, and the rounds reach their later positions, where the verification
+rules must keep the target's law given the tokens accepted before. Every test counts what its
+drafters did (GenerationStats, summed in DraftCounts) and asserts that most calls verified long
+chains, so that none can pass by drafting one token at a time; and a check shows the law's
+test rejects a wrong law.
+"""
+import random
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
+from engine.control import DraftController, VerifyCost
+from engine.datastore import Datastore, save
+from engine.drafters import ModelDrafter, TextDrafter
+from engine.lookup import NgramDrafter
+from engine.vocab import build_vocab
+from tests.sampling_law import (MIN_EXPECTED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
+                                output_law)
+from tests.tiny_models import llama_config, train_on_ids
+
+N = 1000             # sampled calls per test
+NEW_TOKENS = 8       # each call's output: the law is over all of it
+DRAFT_LENGTH = 6     # tokens a fixed-length round drafts (the first round has room for 7)
+CYCLE_TEXT = "abcdabcdabcd"          # the target writes ab cd ab cd ...; the prompt repeats it
+
+
+def cycle_text(seed: int, chars: int, stay: float) -> str:
+    """Text that goes round a -> b -> c -> d -> a, a character leaving the cycle at random
+    (1 - stay of the time)."""
+    rng = random.Random(seed)
+    nxt = {"a": "b", "b": "c", "c": "d", "d": "a"}
+    out, c = [], "a"
+    for _ in range(chars):
+        out.append(c)
+        c = nxt[c] if rng.random() < stay else rng.choice("abcd")
+    return "".join(out)
+
+
+def _trained(tokenizer, seed: int, steps: int, stay: float, **size) -> LoadedModel:
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(llama_config(len(tokenizer), bos_token_id=0, eos_token_id=None, **size))
+    ids = torch.tensor(tokenizer.encode(cycle_text(seed, 20_000, stay), add_special_tokens=False))
+    train_on_ids(model, ids, steps, seed, window=32)
+    return LoadedModel("tiny", model, tokenizer, build_vocab(tokenizer), torch.device("cpu"))
+
+
+SMALL = dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64)
+
+
+@pytest.fixture(scope="module")
+def cycle_models():
+    """(target, a draft with its vocabulary, a draft with another tokenizer). The target writes
+    "ab" "cd"; the other tokenizer "ab" "c" "d" (so its drafts are re-tokenized for the target).
+    The drafts learnt a tighter cycle than the target: they hold to it where the target leaves
+    it now and then, so the same-vocabulary draft's q is sharper than the target's p, and a
+    rejection resamples from a residual far from p (max(0, p - q) is the tokens off the cycle)."""
+    t_tok = char_tokenizer([("a", "b"), ("c", "d")])
+    d_tok = char_tokenizer([("a", "b"), ("b", "c")])
+    target = _trained(t_tok, seed=1, steps=150, stay=0.85)
+    same = _trained(t_tok, seed=2, steps=40, stay=0.97, **SMALL)
+    other = _trained(d_tok, seed=3, steps=60, stay=0.97, **SMALL)
+    return target, same, other
+
+
+def _prompt(model: LoadedModel, text: str = CYCLE_TEXT) -> list[int]:
+    return [0] + model.vocab.encode_text(text)
+
+
+def sample_outputs(target: LoadedModel, drafters: Drafters, prompt: list[int], seed0: int,
+                   draft_length="auto", memory: DraftMemory | None = None,
+                   draft_prompt=None) -> tuple[list[list[int]], DraftCounts]:
+    """N sampled calls (seeds seed0...), with what their drafters did."""
+    pool = KVPool(target.model, 2, 256)
+    memory = memory or DraftMemory()
+    outputs, counts = [], DraftCounts()
+    for i in range(N):
+        settings = GenerationSettings(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K,
+                                      top_p=TOP_P, draft_length=draft_length, seed=seed0 + i)
+        r = speculative_generate(target, pool, drafters, prompt, settings, memory, draft_prompt=draft_prompt)
+        outputs.append(r.token_ids)
+        counts.add(r.stats)
+    return outputs, counts
+
+
+def law_of(target: LoadedModel, prompt: list[int]):
+    return output_law(target.model, prompt, NEW_TOKENS, MIN_EXPECTED / N)
+
+
+def test_rejection_sampling_of_long_drafts(cycle_models):
+    target, same, _ = cycle_models
+    prompt = _prompt(target)
+    drafters = Drafters(model=ModelDrafter(KVPool(same.model, 2, 256)))
+    outputs, counts = sample_outputs(target, drafters, prompt, 1000, DRAFT_LENGTH)
+    assert counts.rounds_by_drafter["model"] >= N and counts.mostly_long(0.75), counts
+    assert law_of(target, prompt).fits(outputs), counts
+    assert not law_of(same, prompt).fits(outputs)     # the samples tell the target from its draft
+
+
+def test_sample_and_compare_of_long_drafts_from_another_tokenizer(cycle_models):
+    target, _, other = cycle_models
+    prompt = _prompt(target)
+    drafters = Drafters(model=TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab))
+    outputs, counts = sample_outputs(target, drafters, prompt, 2000, DRAFT_LENGTH, draft_prompt=_prompt(other))
+    assert counts.rounds_by_drafter["model"] >= N and counts.mostly_long(0.75), counts
+    assert law_of(target, prompt).fits(outputs), counts
+
+
+def test_prompt_lookup_of_long_copies(cycle_models):
+    target, _, _ = cycle_models
+    prompt = _prompt(target)
+    outputs, counts = sample_outputs(target, Drafters(lookup=NgramDrafter()), prompt, 3000, DRAFT_LENGTH)
+    assert counts.rounds_by_drafter["lookup"] >= N and counts.mostly_long(0.75), counts
+    assert law_of(target, prompt).fits(outputs), counts
+
+
+# A prompt that goes round the cycle but once: the text's own copies follow short matches, so
+# the datastore's proposals (whose match runs over the whole prompt) are taken.
+STORE_PROMPT_TEXT = "dbacabcd"
+
+
+def answers_store(path, target: LoadedModel, prompt: list[int], answers: int = 64) -> Datastore:
+    """A datastore of the target's own sampled answers after `prompt` (seeds apart from the
+    tests'), as `specfill datastore` makes one of its greedy answers elsewhere."""
+    pool = KVPool(target.model, 2, 256)
+    settings = dict(max_new_tokens=2 * NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P)
+    written = [speculative_generate(target, pool, Drafters(), prompt, GenerationSettings(seed=90_000 + i, **settings),
+                                    DraftMemory()).token_ids for i in range(answers)]
+    save(path, [(prompt, ids) for ids in written], target.tokenizer.get_vocab())
+    return Datastore.load(path, target.tokenizer.get_vocab())
+
+
+def test_datastore_proposals_of_long_answers(cycle_models, tmp_path):
+    target, _, _ = cycle_models
+    prompt = _prompt(target, STORE_PROMPT_TEXT)
+    lookup = NgramDrafter(datastore=answers_store(tmp_path / "store.npz", target, prompt))
+    lookup.read()
+    outputs, counts = sample_outputs(target, Drafters(lookup=lookup), prompt, 4000, DRAFT_LENGTH)
+    from_store = lookup.stats.proposed.get("datastore", 0)
+    assert from_store > 0.75 * counts.rounds_by_drafter["lookup"], (lookup.stats, counts)
+    assert lookup.stats.tokens["datastore"] >= 4 * from_store, lookup.stats
+    assert counts.mostly_long(0.75), counts
+    assert law_of(target, prompt).fits(outputs), counts
+
+
+def costed_memory() -> DraftMemory:
+    """The cost-aware controller with its costs and acceptance given and frozen, so that its
+    plans are reproducible: a verify pass costs 1 ms and 0.05 ms a token more, a draft model
+    step 0.1 ms, the draft model's tokens are right 0.8 of the time (lookup's classes keep
+    their priors). Under these it plans each kind of round by what lookup offers: chains of
+    lookup or of the draft model, trees of both, and pairs of lookup's two proposals."""
+    c = DraftController(frozen=True, verify=VerifyCost(one_ms=1.0, per_token_ms=0.05, seen=True))
+    c.model.step_ms, c.model.begin_ms, c.model.prior = 0.1, 0.0, 0.8
+    return DraftMemory(controller=c)
+
+
+@pytest.mark.parametrize("which", ["same-vocabulary", "other-vocabulary"])
+def test_the_controller_mixing_lookup_datastore_and_draft_model(cycle_models, tmp_path, which):
+    """draft_length auto: prompt lookup (the prompt's copies and a datastore of answers to
+    another prompt) and the draft model, as chains, trees and pairs, as the controller plans."""
+    target, same, other = cycle_models
+    prompt = _prompt(target)
+    store = answers_store(tmp_path / "store.npz", target, _prompt(target, STORE_PROMPT_TEXT))
+    lookup = NgramDrafter(datastore=store)
+    lookup.read()
+    if which == "same-vocabulary":
+        drafters, draft_prompt = Drafters(lookup=lookup, model=ModelDrafter(KVPool(same.model, 2, 256))), None
+    else:
+        drafters = Drafters(lookup=lookup, model=TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab))
+        draft_prompt = _prompt(other)
+    outputs, counts = sample_outputs(target, drafters, prompt, 5000 if which == "same-vocabulary" else 6000,
+                                     memory=costed_memory(), draft_prompt=draft_prompt)
+    by = counts.rounds_by_drafter
+    assert all(by[kind] > 0.02 * counts.rounds for kind in ("lookup", "model", "tree", "pair")), counts
+    assert counts.tree_passes > 0.05 * counts.rounds and counts.mostly_long(0.5), counts
+    assert law_of(target, prompt).fits(outputs), counts

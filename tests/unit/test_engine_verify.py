@@ -158,6 +158,58 @@ def test_rejection_sampling_outputs_the_target_distribution():
     assert abs(accepted / DRAWS - 0.6) <= 5 * math.sqrt(0.6 * 0.4 / DRAWS)
 
 
+# Three positions, each with its own residual max(0, p - q): {1: 1} at the first, {3: 1} at the
+# second, {4: .5, 5: .5} at the third (not p there, nor p without the drafted token); then the
+# target's next token. The draft is right at the first two often, so most chains reach the third.
+LATER_P = [{0: 0.5, 1: 0.3, 2: 0.2}, {1: 0.5, 3: 0.3, 4: 0.2}, {2: 0.3, 4: 0.4, 5: 0.3}, {0: 1.0}]
+LATER_Q = [{0: 0.6, 1: 0.2, 2: 0.2}, {1: 0.6, 3: 0.2, 4: 0.2}, {2: 0.7, 4: 0.2, 5: 0.1}]
+
+
+def _rows(rows: list[dict[int, float]]) -> torch.Tensor:
+    return torch.stack([probs_row(r) for r in rows])
+
+
+def test_rejection_at_a_later_position_resamples_from_that_positions_residual():
+    """Chains drafted from q, three tokens long: where the first two were accepted and the third
+    rejected, the token written instead follows the third position's residual, renormalised,
+    whichever tokens were accepted before it; and the token written at the third position,
+    accepted or resampled, follows the target's p there."""
+    p, q = _rows(LATER_P), _rows(LATER_Q)
+    residual = torch.clamp(p[2] - q[2], min=0.0)
+    residual = residual / residual.sum()
+    gen = torch.Generator().manual_seed(2024)
+    resampled: dict[int, list[int]] = {}      # the first accepted token -> tokens resampled at the third
+    written = []                              # the token written at the third position
+    for _ in range(DRAWS):
+        cand = [sample(q[i], gen) for i in range(3)]
+        n, token = verify_rejection(cand, q, p, gen)
+        if n == 2:
+            resampled.setdefault(cand[0], []).append(token)
+        if n >= 2:
+            written.append(cand[2] if n == 3 else token)
+    assert_frequencies([t for tokens in resampled.values() for t in tokens], residual)
+    assert sorted(resampled) == [0, 1, 2]
+    for tokens in resampled.values():     # the tokens accepted before do not weigh in
+        assert_frequencies(tokens, residual)
+    assert_frequencies(written, p[2])
+
+
+def test_rejection_after_certain_acceptances_resamples_the_rejected_positions_residual():
+    """The first two tokens are accepted for certain (p >= q there) and the third for certain
+    not (p gives it nothing): every chain is cut at the third position, by its own residual,
+    never by an earlier position's or by p."""
+    p = _rows([{0: 0.5, 1: 0.5}, {2: 0.6, 3: 0.4}, {2: 0.2, 4: 0.2, 5: 0.6}, {0: 1.0}])
+    q = _rows([{0: 0.5, 1: 0.5}, {2: 0.6, 3: 0.4}, {3: 0.6, 5: 0.4}])
+    gen = torch.Generator().manual_seed(5)
+    tokens = []
+    for _ in range(DRAWS // 4):
+        n, token = verify_rejection([1, 2, 3], q, p, gen)
+        assert n == 2
+        tokens.append(token)
+    # max(0, p - q) at the third position: {2: .2, 4: .2, 5: .2}, renormalised
+    assert_frequencies(tokens, probs_row({2: 1 / 3, 4: 1 / 3, 5: 1 / 3}))
+
+
 # --- verify_sample_compare -----------------------------------------------------------------
 
 def test_sample_compare_with_certain_targets_is_greedy():

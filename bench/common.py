@@ -14,12 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+from bench.eval import file_set
 from bench.lsp_client import LspClient, initialize_params
 from lsp import commands
 from lsp.arguments import EXIT_USAGE, OneLineParser, number
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_FILES = Path(__file__).resolve().parent / "files"      # held out: not in the default pair's training data
+DEFAULT_FILES = Path(__file__).resolve().parent / "files"      # not in the default pair's training data, but
+                                                               # tuned on: bench/eval is the evaluation set
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 # The ways of drafting compared everywhere, as server settings over the base settings:
@@ -40,11 +42,13 @@ def bench_parser(prog: str, doc: str, description: str | None = None) -> OneLine
                          formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
 
 
-def add_file_options(ap: argparse.ArgumentParser, files_help: str | None = "folder of held-out .py files",
+def add_file_options(ap: argparse.ArgumentParser,
+                     files_help: str | None = "folder of held-out .py files, or tuning (bench/files) or eval "
+                                              "(bench/eval: code nothing shipped was trained or tuned on)",
                      max_files_help: str | None = None, max_files_default: int | None = 3) -> None:
-    """--files (a folder of .py files, bench/files by default) and --max-files (how many of them,
-    at least 1)."""
-    ap.add_argument("--files", type=Path, default=DEFAULT_FILES, help=files_help)
+    """--files (a folder of .py files, bench/files by default, or a named set: bench.eval.file_set)
+    and --max-files (how many of them, at least 1)."""
+    ap.add_argument("--files", type=file_set, default=DEFAULT_FILES, help=files_help)
     ap.add_argument("--max-files", type=number(int, 1), default=max_files_default, help=max_files_help)
 
 

@@ -28,6 +28,12 @@ datastore). Each has its own engine (generate) or server (the other two), all lo
 before the first request; requests alternate between them, who goes first rotating, so load from
 other work on the machine slows them alike.
 
+Requests whose answer without a draft loops (a run of 6 tokens, or of 24 characters in the
+servers' text answers, written 3 times or more: bench/loops.py) are shown in a row of their own per
+workload (`<workload>, looping answers`), never in the workload's row: prompt lookup drafts a loop
+for free, so a speed-up there says little of one on code (the demo target loops in most of the
+`generate` answers).
+
 Per workload and configuration: p50/p95 latency as the caller sees it, p50 over no draft's, the
 median per-request ratio over no draft with its 95% bootstrap interval (the same request under
 both, model runs only: bench/paired.py), tokens per target call, acceptance, the decode speedup
@@ -56,6 +62,7 @@ from bench.common import (DEFAULT_OUT, DRAFT_CONFIGS, add_file_options, add_mode
                           bench_parser, close_all, held_out_prompts, prompt_ids, rotated, server_env, start_servers,
                           usage_error)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, END, MIDDLE
+from bench.loops import loops
 from bench.paired import Paired
 from bench.replay import UsageError, chosen
 from bench.speedup import Costs, Speedup, Totals, measure_costs, speedup
@@ -67,6 +74,9 @@ WORKLOADS = ("generate", "end-of-line", "end-of-line-real", "replay", "replay-ap
 REAL = "end-of-line-real"
 REPLAYS = {"replay": MIDDLE, "replay-append": END}     # replay workload -> where the typing happens
 MULTILINE_OF = {name: f"{name}, multi-line answers" for name in REPLAYS}
+LOOPING_OF = {name: f"{name}, looping answers" for name in WORKLOADS}
+LOOP_CHARS = 24     # a text answer loops where a run of this many characters (about 6 of the
+                    # shipped target's tokens) comes 3 times
 BASELINE = "no-draft"
 LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`, with the datastore)",
           "draft-heuristic": "draft model, old +2/-1 rule", "default": "**default** (draft + lookup, cost-aware)"}
@@ -214,6 +224,38 @@ def replay_engine_stats(record: dict) -> dict | None:
     return {**{k: record[k] for k in keys}, "by_position": record.get("by_position"),
             "first_from_prefill": record.get("first_from_prefill") or 0, "pair_shared": record.get("pair_shared") or 0,
             "plan_ms": record.get("plan_ms") or 0.0, "latency_ms": record["engine_ms"]}
+
+
+def answer_loops(workload: str, output: str) -> bool:
+    """Whether an answer loops (bench/loops.py): a `generate` answer by its token ids, the
+    servers' answers by their characters."""
+    if workload == "generate":
+        return loops(output.split())
+    return loops(output, n=LOOP_CHARS)
+
+
+def loops_apart(workload: str, by_config: dict[str, list[Request]]) -> tuple[dict[str, list[Request]],
+                                                                              dict[str, list[Request]]]:
+    """(the requests whose answer without a draft does not loop, those whose answer does), by
+    configuration: the same requests in each."""
+    keys = {r.key for r in by_config[BASELINE] if answer_loops(workload, r.output)}
+    return ({name: [r for r in rs if r.key not in keys] for name, rs in by_config.items()},
+            {name: [r for r in rs if r.key in keys] for name, rs in by_config.items()})
+
+
+def shown_apart(results: Results) -> Results:
+    """The workloads as the report shows them: each workload's requests whose answer loops in a
+    row of their own (when any), then the replays' multi-line answers among those that do not."""
+    shown: Results = {}
+    for workload, by_config in results.items():
+        shown[workload], looping = loops_apart(workload, by_config)
+        if any(looping.values()):
+            shown[LOOPING_OF[workload]] = looping
+    for workload in REPLAYS:
+        multiline = multiline_requests(shown[workload]) if workload in shown else {}
+        if any(multiline.values()):
+            shown[MULTILINE_OF[workload]] = multiline
+    return shown
 
 
 def multiline_requests(by_config: dict[str, list[Request]]) -> dict[str, list[Request]]:
@@ -403,7 +445,9 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
              "k x draft step + verify(k+1) + the measured overhead per round (bench/speedup.py), with p_i counted "
              "in this run at each draft position (the engine's `by_position`); "
              "* = no per-position counts: the measured acceptance at every "
-             "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's.", "",
+             "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's. "
+             "*Looping answers*: the requests whose answer without a draft writes a run of 6 tokens (24 characters "
+             "in the servers' text answers) 3 times or more (bench/loops.py), apart from their workload's row.", "",
              "Costs measured in this run:", "", *cost_lines, "",
              *lookup_lines(results),
              *server_lines(meta.get("servers") or {}),
@@ -484,23 +528,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
         args.out.mkdir(parents=True, exist_ok=True)
         results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
                                                args.out / "logs" / "suite", server_env(args.threads), prog, servers)))
-        for workload in REPLAYS:
-            multiline = multiline_requests(results[workload]) if workload in results else {}
-            if any(multiline.values()):
-                results[MULTILINE_OF[workload]] = multiline
     meta = {"command": shlex.join([*prog.split(), *argv]), "machine": replay.machine_description(args.machine),
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() - (time.perf_counter() - t0))),
             "seconds": time.perf_counter() - t0, "load_before": load_before, "load_after": _load(),
             "settings": base, "sizes": dataclasses.asdict(sizes), "workload_sizes": describe(sizes, workloads, scripts),
             "threads": args.threads, "code": _code_version(), "servers": servers}
-    text, rows = report(results, meta)
+    text, rows = report(shown_apart(results), meta)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "suite.md").write_text(text, encoding="utf-8")
     (args.out / "suite.json").write_text(json.dumps({
         "meta": meta, "rows": [dataclasses.asdict(r) for r in rows],
         "requests": {w: {c: [dataclasses.asdict(r) for r in rs] for c, rs in by.items()}
-                     for w, by in results.items() if w not in MULTILINE_OF.values()}}, indent=1), encoding="utf-8")
+                     for w, by in results.items()}}, indent=1), encoding="utf-8")
     print(f"{prog}: wrote {args.out / 'suite.md'} and suite.json", file=sys.stderr)
     return 0
 

@@ -10,7 +10,9 @@ default layout and trimmed at line ends to the target's window, greedy. Per draf
 - the draft model alone (prompt lookup off), draft length 4, 32 new tokens, its prompt cut as
   the editor cuts it: `training.distill_eval` (`specfill distill`'s report);
 - prompt lookup alone, without and with the target's datastore, 48 new tokens:
-  `training.datastore.compare` (`specfill datastore`'s report).
+  `training.datastore.compare` (`specfill datastore`'s report). Its draft length is auto: the
+  cost-aware controller cuts each proposal by the costs it measures, so these two rows move from
+  run to run with the machine's timings (the draft model's, at a fixed length, do not).
 
 Acceptance = accepted / drafted tokens; tokens per target call = new tokens / target passes
 after the prefill. Prompt lookup's outputs with and without the datastore must be the same

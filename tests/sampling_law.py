@@ -73,19 +73,25 @@ class OutputLaw:
     length: int
     expanded: set[tuple]       # the prefixes of probability >= min_mass
     pools: set[tuple]          # ... those of them with a pooled cell
+    rare: set[tuple]           # an expanded prefix and a token (an end id too) that made it rare
+    end_ids: frozenset
 
     def cell(self, output: list[int]) -> tuple:
         """The cell `output` (cut to `length` tokens) falls in; an output the law gives no
-        probability falls in none, and chi_square counts it as a failure."""
+        probability (a token the sampling transforms leave out) is its own cell, not the law's,
+        and chi_square counts it as a failure."""
         out = tuple(output[:self.length])
         if out in self.cells:
             return out
         j = len(out)
         while j > 0 and out[:j] not in self.expanded:
             j -= 1
-        while j >= 0 and out[:j] not in self.pools:
+        ended = len(out) < self.length and j == len(out)
+        if not (ended and any(out + (e,) in self.rare for e in self.end_ids) or out[:j + 1] in self.rare):
+            return out
+        while j > 0 and out[:j] not in self.pools:
             j -= 1
-        return out[:j] + (POOLED,) if j >= 0 else out
+        return out[:j] + (POOLED,)     # (a rare output's mass went to a pool on its way up)
 
     def counts(self, outputs: list[list[int]]) -> Counter:
         return Counter(self.cell(o) for o in outputs)
@@ -96,7 +102,6 @@ class OutputLaw:
     def fits(self, outputs: list[list[int]]) -> bool:
         stat, crit = self.chi_square(outputs)
         return stat < crit
-
 
 def output_law(model: torch.nn.Module, prompt: list[int], length: int, min_mass: float,
                end_ids=frozenset({0}), temperature: float = TEMPERATURE, top_k: int = TOP_K,
@@ -111,8 +116,9 @@ def output_law(model: torch.nn.Module, prompt: list[int], length: int, min_mass:
     elsewhere. Outputs end at an id of `end_ids`."""
     cells: dict[tuple, float] = {}
     rare: dict[tuple, float] = {}        # prefix -> the mass of its rare outputs just below it
-    expanded = [((), 1.0)]
-    frontier = expanded
+    rare_tokens: set[tuple] = set()      # prefix + the token that made it rare
+    expanded = [((), 1.0)]                # (prefix, probability) of every prefix extended
+    frontier = list(expanded)
     with torch.inference_mode():
         for depth in range(length):
             if not frontier:
@@ -122,11 +128,12 @@ def output_law(model: torch.nn.Module, prompt: list[int], length: int, min_mass:
             grown = []
             for (prefix, mass), row in zip(frontier, probs):
                 for t, p in enumerate(row):
-                    m = mass * p
                     if p <= 0:
                         continue
+                    m = mass * p
                     if m < min_mass:
                         rare[prefix] = rare.get(prefix, 0.0) + m
+                        rare_tokens.add(prefix + (t,))
                     elif t in end_ids:
                         cells[prefix] = cells.get(prefix, 0.0) + m
                     elif depth + 1 == length:
@@ -144,7 +151,7 @@ def output_law(model: torch.nn.Module, prompt: list[int], length: int, min_mass:
             pools.add(prefix)
         elif prefix:
             left[prefix[:-1]] = left.get(prefix[:-1], 0.0) + mass
-    return OutputLaw(cells, length, {prefix for prefix, _ in expanded}, pools)
+    return OutputLaw(cells, length, {prefix for prefix, _ in expanded}, pools, rare_tokens, frozenset(end_ids))
 
 
 LONG_CHAIN = 4    # tokens a draft chain must have for a test to count it as long

@@ -24,7 +24,7 @@ from engine.datastore import Datastore, save
 from engine.drafters import ModelDrafter, TextDrafter
 from engine.lookup import NgramDrafter
 from engine.vocab import build_vocab
-from tests.sampling_law import (MIN_EXPECTED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
+from tests.sampling_law import (MIN_EXPECTED, POOLED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
                                 output_law)
 from tests.tiny_models import llama_config, train_on_ids
 
@@ -94,6 +94,22 @@ def sample_outputs(target: LoadedModel, drafters: Drafters, prompt: list[int], s
 
 def law_of(target: LoadedModel, prompt: list[int]):
     return output_law(target.model, prompt, NEW_TOKENS, MIN_EXPECTED / N)
+
+
+def test_the_law_is_whole_and_its_cells_are_testable(cycle_models):
+    """The law's cells hold all the probability, each but the root's pool expects MIN_EXPECTED
+    of N samples or more, a whole output falls in its own cell, and a sample of an output the
+    target cannot write makes the check fail."""
+    target, _, _ = cycle_models
+    law = law_of(target, _prompt(target))
+    assert abs(sum(law.cells.values()) - 1) < 1e-6
+    assert all(p * N >= MIN_EXPECTED for key, p in law.cells.items() if key != (POOLED,))
+    assert 30 <= len(law.cells) <= N // MIN_EXPECTED
+    whole = [key for key in law.cells if POOLED not in key]
+    assert whole and all(law.cell(list(key)) == key for key in whole)
+    outputs = [list(key) for key in whole for _ in range(round(law.cells[key] * N))]
+    assert law.chi_square(outputs)[0] < float("inf")
+    assert law.chi_square(outputs + [[7] * NEW_TOKENS])[0] == float("inf")     # id 7 is past the vocabulary
 
 
 def test_rejection_sampling_of_long_drafts(cycle_models):

@@ -3,9 +3,10 @@ tuning decision has seen, kept apart from `bench/files` (the tuning set).
 
 Files of a few permissively licensed pure-Python packages from PyPI at pinned versions, none of
 them installed where the pair was trained (its corpus is this interpreter's standard library and
-site-packages: training/corpus.py). `MANIFEST.tsv` names, for every stored file, its package,
-version, license, the wheel it comes from (with the wheel's sha256), its path in the wheel and its
-own sha256; `python -m bench.eval.fetch` downloads the wheels again and checks or rewrites the files.
+site-packages: training/corpus.py), in one folder as the benchmarks' --files read it
+(`files/<package>_<module>.py`), each package's license in `licenses/`. `MANIFEST.tsv` names, for
+every stored file, its package, version, license, the wheel it comes from (with the wheel's
+sha256), its path in the wheel, where it is stored and its own sha256; `python -m bench.eval.fetch` downloads the wheels again and checks or rewrites the files.
 tests/unit/test_bench_eval_set.py checks the hashes and that no file is in the training corpus or
 in the tuning set.
 """

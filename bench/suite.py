@@ -28,9 +28,9 @@ datastore). Each has its own engine (generate) or server (the other two), all lo
 before the first request; requests alternate between them, who goes first rotating, so load from
 other work on the machine slows them alike.
 
-Requests whose answer without a draft loops (a run of 6 tokens, or of 24 characters in the
-servers' text answers, written 3 times or more: bench/loops.py) are shown in a row of their own per
-workload (`<workload>, looping answers`), never in the workload's row: prompt lookup drafts a loop
+Requests whose answer without a draft loops (a run of 6 tokens, or of 24 characters in the text
+the servers' model wrote, written 3 times or more: bench/loops.py; or the completion pipeline cut
+the answer at a repeated block of lines) are shown in a row of their own per workload (`<workload>, looping answers`), never in the workload's row: prompt lookup drafts a loop
 for free, so a speed-up there says little of one on code (the demo target loops in most of the
 `generate` answers).
 
@@ -220,25 +220,28 @@ def replay_engine_stats(record: dict) -> dict | None:
     if not record["ran_model"]:
         return None
     keys = ("rounds", "rounds_by_drafter", "controller", "drafted", "accepted", "new_tokens", "prefill_ms",
-            "draft_ms", "verify_ms")
+            "draft_ms", "verify_ms", "stop_reason", "raw_text")
     return {**{k: record[k] for k in keys}, "by_position": record.get("by_position"),
             "first_from_prefill": record.get("first_from_prefill") or 0, "pair_shared": record.get("pair_shared") or 0,
             "plan_ms": record.get("plan_ms") or 0.0, "latency_ms": record["engine_ms"]}
 
 
-def answer_loops(workload: str, output: str) -> bool:
-    """Whether an answer loops (bench/loops.py): a `generate` answer by its token ids, the
-    servers' answers by their characters."""
+def answer_loops(workload: str, r: Request) -> bool:
+    """Whether a request's answer loops (bench/loops.py): a `generate` answer by its token ids; a
+    server's by the characters the model wrote (before the pipeline cut them: its raw text, where
+    the record has it), or where the pipeline itself ended the answer at a repeated block of
+    lines (stop reason `loop`)."""
     if workload == "generate":
-        return loops(output.split())
-    return loops(output, n=LOOP_CHARS)
+        return loops(r.output.split())
+    engine = r.engine or {}
+    return engine.get("stop_reason") == "loop" or loops(engine.get("raw_text") or r.output, n=LOOP_CHARS)
 
 
 def loops_apart(workload: str, by_config: dict[str, list[Request]]) -> tuple[dict[str, list[Request]],
                                                                               dict[str, list[Request]]]:
     """(the requests whose answer without a draft does not loop, those whose answer does), by
     configuration: the same requests in each."""
-    keys = {r.key for r in by_config[BASELINE] if answer_loops(workload, r.output)}
+    keys = {r.key for r in by_config[BASELINE] if answer_loops(workload, r)}
     return ({name: [r for r in rs if r.key not in keys] for name, rs in by_config.items()},
             {name: [r for r in rs if r.key in keys] for name, rs in by_config.items()})
 
@@ -447,7 +450,8 @@ def report(results: Results, meta: dict) -> tuple[str, list[Row]]:
              "* = no per-position counts: the measured acceptance at every "
              "position. *Efficiency*: achieved / predicted. *Same answer*: requests whose output equals no draft's. "
              "*Looping answers*: the requests whose answer without a draft writes a run of 6 tokens (24 characters "
-             "in the servers' text answers) 3 times or more (bench/loops.py), apart from their workload's row.", "",
+             "of the servers' model text) 3 times or more (bench/loops.py), or that the completion pipeline cut "
+             "at a repeated block of lines, apart from their workload's row.", "",
              "Costs measured in this run:", "", *cost_lines, "",
              *lookup_lines(results),
              *server_lines(meta.get("servers") or {}),

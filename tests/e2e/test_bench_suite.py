@@ -135,8 +135,8 @@ def test_replay_append_reports_its_multi_line_requests(tmp_path, capsys):
     typed, multiline = counts["replay-append"], counts[suite.MULTILINE_OF["replay-append"]]
     assert 0 < multiline <= typed
     saved = json.loads((out / "suite.json").read_text())
-    answers = [r["output"] for r in saved["requests"]["replay-append"]["no-draft"]]
+    answers = [suite.Request(**r) for r in saved["requests"]["replay-append"]["no-draft"]]
     # the multi-line answers that loop are in the looping row, not this one
-    assert sum("\n" in a and not suite.answer_loops("replay-append", a) for a in answers) == multiline
+    assert sum("\n" in r.output and not suite.answer_loops("replay-append", r) for r in answers) == multiline
     goal = next(line for line in md.splitlines() if line.startswith("| (c) replay, multi-line answers"))
     assert re.search(rf"\| {NUMBER}x \(replay-append, {multiline} requests\) \| (yes|\*\*no\*\*) \|$", goal), goal

@@ -51,8 +51,12 @@ def test_the_suite_shows_looping_answers_apart():
     results = {"generate": {"no-draft": generate_requests(answers, 100.0), "ngram": generate_requests(answers, 40.0)},
                "replay": {"no-draft": [Request("a", 5.0, "        self.value = value\n" * 3, None),
                                        Request("b", 5.0, "x = 1\ny = 2", None),
-                                       Request("c", 5.0, "z = 3", None)],
-                          "ngram": [Request(k, 4.0, "", None) for k in "abc"]}}
+                                       Request("c", 5.0, "z = 3", None),
+                                       # the pipeline cut what the model wrote: its raw text loops
+                                       Request("d", 5.0, "w = 4", {"raw_text": "w = 4\n" + "    self.value = v\n" * 6}),
+                                       # the pipeline cut the answer at a repeated block
+                                       Request("e", 5.0, "v = 5\nu = 6", {"stop_reason": "loop", "raw_text": "v"})],
+                          "ngram": [Request(k, 4.0, "", None) for k in "abcde"]}}
     shown = suite.shown_apart(results)
     assert list(shown) == ["generate", suite.LOOPING_OF["generate"], "replay", suite.LOOPING_OF["replay"],
                            suite.MULTILINE_OF["replay"]]
@@ -60,7 +64,7 @@ def test_the_suite_shows_looping_answers_apart():
         assert [r.key for r in shown["generate"][config]] == ["1", "3"]
         assert [r.key for r in shown[suite.LOOPING_OF["generate"]][config]] == ["0", "2"]
         assert [r.key for r in shown["replay"][config]] == ["b", "c"]
-        assert [r.key for r in shown[suite.LOOPING_OF["replay"]][config]] == ["a"]
+        assert [r.key for r in shown[suite.LOOPING_OF["replay"]][config]] == ["a", "d", "e"]
         # multi-line answers among those that do not loop
         assert [r.key for r in shown[suite.MULTILINE_OF["replay"]][config]] == ["b"]
     assert results["generate"]["no-draft"][0].key == "0"      # the results themselves are kept whole

@@ -10,7 +10,8 @@ from .drafters import ModelDrafter, TextDrafter
 from .lookup import BlockIndex, LookupText, NgramDrafter
 from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
 from .kv import KVPool
-from .models import LoadedModel, ModelLoadError, load_model, resolve_name
+from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
+from .quantize import QuantizeError, check_quantize
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
 from .threads import set_threads
 
@@ -37,10 +38,15 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None):
         self.config = config = config or EngineConfig()
         set_threads(config.threads, config.device)
+        try:    # before any weights load: a quantization that cannot run here is one line at once
+            check_quantize(config.quantize, pick_device(config.device))
+            if config.quantize != "none" and not config.lean:
+                raise QuantizeError(f"quantize {config.quantize!r}: needs the lean forward (lean: true)")
+        except QuantizeError as exc:
+            raise ModelLoadError(str(exc)) from None
         kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
-        self.pool = KVPool(self.target.model, config.max_sessions, config.max_cache_tokens, config.lean,
-                           cuda_graphs=config.cuda_graphs)
+        self.pool = self._pool(self.target)
         self.draft: LoadedModel | None = None
         self.draft_pool: KVPool | None = None
         self.memory = DraftMemory()
@@ -60,13 +66,20 @@ class Engine:
             self.draft = load_model(config.draft, "draft", **kw)
             if self.draft.device != self.target.device and config.device_map is None:
                 raise ModelLoadError(f"draft model {config.draft!r}: on {self.draft.device}, target on {self.target.device}")
-            draft_pool = self.draft_pool = KVPool(self.draft.model, config.max_sessions, config.max_cache_tokens,
-                                                  config.lean, cuda_graphs=config.cuda_graphs)
+            draft_pool = self.draft_pool = self._pool(self.draft)
             if same_vocabulary(self.target.tokenizer, self.draft.tokenizer):
                 model = ModelDrafter(draft_pool, vocab=self.draft.vocab)
             else:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
             self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)
+
+    def _pool(self, loaded: LoadedModel) -> KVPool:
+        config = self.config
+        try:
+            return KVPool(loaded.model, config.max_sessions, config.max_cache_tokens, config.lean,
+                          cuda_graphs=config.cuda_graphs, quantize=config.quantize)
+        except QuantizeError as exc:   # e.g. a model without a lean forward
+            raise ModelLoadError(f"{loaded.name}: {exc}") from None
 
     def matmul_kernels(self) -> dict:
         """Each model's matmul kernels and what their measurement timed (engine/matmul.py); None

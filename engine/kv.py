@@ -18,7 +18,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache
 
-from .lean import LeanForward, LeanModel, StaticLeanForward, make_lean
+from .lean import LeanForward, LeanModel, StaticLeanForward, lean_for
 
 log = logging.getLogger("specfill.engine")
 
@@ -114,8 +114,8 @@ def make_forward(model: torch.nn.Module, lean: LeanModel | None, static_capacity
     if lean is None:
         return TransformersForward(model, param.device)
     if static_capacity is not None:
-        return StaticLeanForward(lean, param.dtype, param.device, static_capacity, cuda_graphs)
-    return LeanForward(lean, param.dtype, param.device)
+        return StaticLeanForward(lean, lean.compute_dtype, param.device, static_capacity, cuda_graphs)
+    return LeanForward(lean, lean.compute_dtype, param.device)
 
 
 class KVSession:
@@ -125,7 +125,7 @@ class KVSession:
         positions = model_max_positions(model)
         self.max_tokens = min(max_tokens, positions) if positions else max_tokens
         self.ids: list[int] = []   # the tokens the cache holds
-        self.forward = forward if forward is not None else make_forward(model, make_lean(model))
+        self.forward = forward if forward is not None else make_forward(model, lean_for(model))
         self.last_used = time.monotonic()
         self.forward_calls = 0
         self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
@@ -218,12 +218,15 @@ class KVPool:
     """A few KV sessions for one model; a request goes to the one sharing most of its prompt."""
 
     def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096, lean: bool = True,
-                 static: bool = False, cuda_graphs: bool = False):
+                 static: bool = False, cuda_graphs: bool = False, quantize: str = "none"):
         """`static`: the lean forward's static mode (StaticLeanForward), each session's cache
         reserved whole; `cuda_graphs`: that, replayed as CUDA graphs (on a CUDA model only:
-        elsewhere the plain lean forward runs, with a warning)."""
+        elsewhere the plain lean forward runs, with a warning); `quantize`: the lean forward's
+        weights (engine/quantize.py)."""
         self.model = model
-        self.lean_model = make_lean(model) if lean else None   # decided (and logged) once per model
+        if quantize != "none" and not lean:
+            raise ValueError(f"quantize {quantize!r} needs the lean forward")
+        self.lean_model = lean_for(model, quantize) if lean else None   # decided (and logged) once per model
         self.max_sessions = max(1, max_sessions)
         self.max_tokens = max_tokens
         if cuda_graphs and next(model.parameters()).device.type != "cuda":

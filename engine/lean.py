@@ -46,7 +46,9 @@ import torch
 import torch.nn.functional as F
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
 
-from .matmul import Kernels, Linear, choose_kernels, fp16_ready, use_kernels
+from . import kernel_cache
+from .matmul import ROWS, Kernels, Linear, choose_kernels, fp16_ready, measures_kernels, use_kernels
+from .quantize import QuantizeError, check_quantize, quantize_linears
 
 log = logging.getLogger("specfill.engine")
 
@@ -256,11 +258,35 @@ class _SliceStep:
         return _attend(q, self.kv, layer, self.end, self.positions.mask(self.start + first, n, q.device), scale)
 
 
-def _packs(model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int) -> bool:
-    """Whether packed copies of these maps (grouped as the forward fuses them) and the output
-    head fit in `pack_max_bytes`."""
-    total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
-    return total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
+class _Weights:
+    """How a lean model holds its linear maps, chosen once per model: packed copies (a small
+    model, while they add at most `pack_max_bytes`), the model's own weights (plain), or int8
+    (`quantize`). `linear` makes one map of several modules (fused as the forward calls them);
+    `compute_dtype` is the dtype of activations and the cache (float32 for int8 maps, whose
+    kernel takes and returns float32); `vector` gives a norm weight, bias or table in it."""
+
+    def __init__(self, model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int, quantize: str):
+        param = model.get_input_embeddings().weight
+        check_quantize(quantize, param.device)
+        self.quantize = quantize
+        self.packed = False
+        if quantize == "none":
+            total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
+            self.packed = total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
+        self.compute_dtype = torch.float32 if quantize != "none" else param.dtype
+        # Before measuring (and where nothing is measured: a GPU), packed maps take the transposed
+        # product for verify widths, plain ones torch's default everywhere.
+        self.kernels = Kernels() if self.packed else Kernels(ROWS, ROWS, ROWS, ROWS)
+        # a weight the model also reads as its embedding stays where int8 copies are made of it
+        self.keep = {param.data_ptr()}
+
+    def linear(self, modules: list[torch.nn.Linear]):
+        if self.quantize == "int8":
+            return quantize_linears(modules, self.keep)
+        return Linear(modules, packed=self.packed, kernels=self.kernels)
+
+    def vector(self, t: torch.Tensor | None) -> torch.Tensor | None:
+        return t if t is None or t.dtype == self.compute_dtype else t.detach().to(self.compute_dtype)
 
 
 @dataclass
@@ -276,7 +302,7 @@ class _LlamaLayer:
 class LeanLlama:
     """Llama-family decoder (Llama, Qwen2): RMSNorm, rotary positions, grouped-query attention."""
 
-    def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES):
+    def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES, quantize: str = "none"):
         cfg = model.config
         self.model = model
         self.inner = model.model
@@ -288,25 +314,25 @@ class LeanLlama:
         rot = self.inner.rotary_emb
         self.positions = _Positions(rot.inv_freq.float().clone(), float(getattr(rot, "attention_scaling", 1.0)))
         self.act = _activation(self.inner.layers[0].mlp.act_fn)
-        # tensors read every call, looked up once (a module attribute is a Python call each time)
-        self.embed_weight = self.inner.embed_tokens.weight
-        self.norm_weight = self.inner.norm.weight
         linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                     l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
-        self.packed = _packs(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes)
-        self.kernels = Kernels()
-        linear = functools.partial(Linear, packed=self.packed, kernels=self.kernels)
+        weights = _Weights(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes, quantize)
+        self.packed, self.kernels, self.compute_dtype = weights.packed, weights.kernels, weights.compute_dtype
+        # tensors read every call, looked up once (a module attribute is a Python call each time)
+        self.embed_weight = self.inner.embed_tokens.weight
+        self.norm_weight = weights.vector(self.inner.norm.weight)
         self.layers = [
-            _LlamaLayer(l.input_layernorm.weight, linear(m[:3]), linear(m[3:4]),
-                        l.post_attention_layernorm.weight, linear(m[4:6]), linear(m[6:]))
+            _LlamaLayer(weights.vector(l.input_layernorm.weight), weights.linear(m[:3]), weights.linear(m[3:4]),
+                        weights.vector(l.post_attention_layernorm.weight), weights.linear(m[4:6]),
+                        weights.linear(m[6:]))
             for l, m in zip(self.inner.layers, linears)]
-        self.lm_head = linear([model.lm_head])
+        self.lm_head = weights.linear([model.lm_head])
         # RMSNorm before the fused qkv and gate/up maps, in float32 with packed copies: its weight
         # and sqrt(hidden) go into those copies, and x / sqrt(mean(x^2) + eps) is computed as
         # x / hypot(|x|, sqrt(hidden * eps)): two small ops and a division instead of the half
         # dozen rms_norm runs on a CPU (the shipped target has 14 such norms a pass). The final
         # norm keeps rms_norm: the output head's packed weight is not a copy of several modules.
-        self.folded = self.packed and self.embed_weight.dtype == torch.float32
+        self.folded = self.packed and self.compute_dtype == torch.float32
         if self.folded:
             root = self.hidden ** 0.5
             self.norm_floor = torch.tensor((self.hidden * self.eps) ** 0.5, dtype=torch.float32,
@@ -335,7 +361,7 @@ class LeanLlama:
         return weight * torch.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        step = _SliceStep(kv, self.positions, ids, self.embed_weight.dtype, tree)
+        step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)
         logits = self.run(ids, step, slice(-n_logits, None))
         kv.length = step.end
         return logits
@@ -345,7 +371,7 @@ class LeanLlama:
         static forward's _IndexedStep) writes their keys and values, attends, and holds the rope
         tables and their positions."""
         n = ids.shape[0]
-        x = torch.embedding(self.embed_weight, ids)
+        x = torch.embedding(self.embed_weight, ids).to(self.compute_dtype)
         cos, sin = step.positions.cos[step.where], step.positions.sin[step.where]
         heads, kvh, hd, half = self.heads, self.kv_heads, self.head_dim, self.head_dim // 2
         qk_heads = heads + kvh
@@ -380,9 +406,9 @@ class _BigCodeBlock:
     act: object
 
 
-def _ln(ln: torch.nn.LayerNorm) -> tuple:
-    """A LayerNorm's arguments, looked up once."""
-    return ln.normalized_shape, ln.weight, ln.bias, ln.eps
+def _ln(ln: torch.nn.LayerNorm, vector=lambda t: t) -> tuple:
+    """A LayerNorm's arguments, looked up once (its weight and bias through `vector`)."""
+    return ln.normalized_shape, vector(ln.weight), vector(ln.bias), ln.eps
 
 
 def _layer_norm(x, ln: tuple):
@@ -404,7 +430,7 @@ def _activation(module: torch.nn.Module):
 class LeanBigCode:
     """GPTBigCode (StarCoder family): LayerNorm, learned positions, multi-query attention."""
 
-    def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES):
+    def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES, quantize: str = "none"):
         cfg = model.config
         self.model = model
         self.inner = model.transformer
@@ -416,14 +442,15 @@ class LeanBigCode:
         self.scale = self.head_dim ** -0.5 if cfg.scale_attn_weights else 1.0
         self.positions = _Positions()
         linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
-        self.packed = _packs(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes)
-        self.kernels = Kernels()
-        linear = functools.partial(Linear, packed=self.packed, kernels=self.kernels)
-        self.blocks = [_BigCodeBlock(_ln(b.ln_1), *(linear([m]) for m in mods[:2]), _ln(b.ln_2),
-                                     *(linear([m]) for m in mods[2:]), _activation(b.mlp.act))
+        weights = _Weights(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes, quantize)
+        self.packed, self.kernels, self.compute_dtype = weights.packed, weights.kernels, weights.compute_dtype
+        ln = lambda m: _ln(m, weights.vector)  # noqa: E731
+        self.blocks = [_BigCodeBlock(ln(b.ln_1), *(weights.linear([m]) for m in mods[:2]), ln(b.ln_2),
+                                     *(weights.linear([m]) for m in mods[2:]), _activation(b.mlp.act))
                        for b, mods in zip(self.inner.h, linears)]
-        self.lm_head = linear([model.lm_head])
-        self.wte, self.wpe, self.ln_f = self.inner.wte.weight, self.inner.wpe.weight, _ln(self.inner.ln_f)
+        self.lm_head = weights.linear([model.lm_head])
+        self.wte, self.ln_f = self.inner.wte.weight, ln(self.inner.ln_f)
+        self.wpe = weights.vector(self.inner.wpe.weight)
 
     def new_cache(self, dtype, device) -> LeanKV:
         return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
@@ -432,7 +459,7 @@ class LeanBigCode:
         return [m for b in self.blocks for m in (b.c_attn, b.attn_proj, b.c_fc, b.mlp_proj)] + [self.lm_head]
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        step = _SliceStep(kv, self.positions, ids, self.wte.dtype, tree)
+        step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)
         logits = self.run(ids, step, slice(-n_logits, None))
         kv.length = step.end
         return logits
@@ -440,7 +467,7 @@ class LeanBigCode:
     def run(self, ids: torch.Tensor, step, rows: slice) -> torch.Tensor:
         """As LeanLlama.run (learned positions: `step.where` indexes them)."""
         n, hd, heads = ids.shape[0], self.head_dim, self.heads
-        x = torch.embedding(self.wte, ids) + self.wpe[step.where]
+        x = torch.embedding(self.wte, ids).to(self.compute_dtype) + self.wpe[step.where]
         last, first = len(self.blocks) - 1, step.first_needed(rows)
         for i, b in enumerate(self.blocks):
             qkv = b.c_attn(_layer_norm(x, b.ln_1))
@@ -483,25 +510,54 @@ def lean_unsupported(model) -> str | None:
     return f"no lean forward for {type(model).__name__}"
 
 
-def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | None = None) -> LeanModel | None:
+def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | None = None,
+              quantize: str = "none") -> LeanModel | None:
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
-    (0: never; it then reads the model's own weights). Packed weights on a CPU take the matmul
-    kernels measured here (engine/matmul.py, choose_kernels; once per process for each model
-    shape, so two engines of one model compute alike) unless `kernels` says which."""
+    (0: never; it then reads the model's own weights), or, with `quantize` int8, makes int8
+    copies and frees the model's own (engine/quantize.py: the transformers forward can no
+    longer run that model; a model without a lean forward cannot be quantized). A model with
+    kernels to choose between (matmul.measures_kernels) takes those measured on this machine
+    for its shapes (engine/kernel_cache.py: once per machine, or once per process where the
+    cache is off, so two engines of one model compute alike) unless `kernels` says which."""
     reason = lean_unsupported(model)
     if reason is not None:
+        if quantize != "none":
+            raise QuantizeError(f"quantize {quantize!r}: needs the lean forward, which "
+                                f"{type(model).__name__} does not have ({reason})")
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
         return None
-    lean = LeanBigCode(model, pack_max_bytes) if isinstance(model, GPTBigCodeForCausalLM) else LeanLlama(model, pack_max_bytes)
-    if lean.packed and kernels is not None:
+    cls = LeanBigCode if isinstance(model, GPTBigCodeForCausalLM) else LeanLlama
+    lean = cls(model, pack_max_bytes, quantize)
+    if quantize != "none":
+        model.specfill_quantized = quantize    # its own linear weights are gone
+        return lean
+    if kernels is not None:
         use_kernels(lean, kernels)
-    elif lean.packed and next(model.parameters()).device.type == "cpu":
-        key = _shape_key(model) + (fp16_ready(lean),)
-        if key in _KERNELS_MEASURED:   # the same shapes again (a second engine): the same kernels
-            use_kernels(lean, _KERNELS_MEASURED[key])
+    elif measures_kernels(lean):
+        key = _shape_key(model) + (lean.packed, fp16_ready(lean))
+        known = _KERNELS_MEASURED.get(key) or kernel_cache.load(key)
+        if known is not None:   # the same shapes again (a second engine, a later process)
+            use_kernels(lean, known)
         else:
-            _KERNELS_MEASURED[key] = replace(choose_kernels(lean))
+            measured = replace(choose_kernels(lean))
+            kernel_cache.store(key, measured)
+        _KERNELS_MEASURED[key] = replace(lean.kernels)
+    return lean
+
+
+def lean_for(model, quantize: str | None = None) -> LeanModel | None:
+    """The model's lean forward, made once per model (make_lean) and kept on it: every KV pool
+    of the model shares its weights (a quantized model has no others). `quantize` None takes
+    the one made, else none."""
+    made = getattr(model, "specfill_lean", None)
+    if made is not None and quantize in (None, made[0]):
+        return made[1]
+    quantize = quantize or "none"
+    if getattr(model, "specfill_quantized", None):
+        raise QuantizeError(f"the model is quantized to {model.specfill_quantized}: it runs that way only")
+    lean = make_lean(model, quantize=quantize)
+    model.specfill_lean = (quantize, lean)
     return lean
 
 
@@ -511,10 +567,10 @@ _KERNELS_MEASURED: dict[tuple, Kernels] = {}
 
 def _shape_key(model) -> tuple:
     """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads
-    (make_lean adds whether the weights are float16 values, which FP16 needs)."""
+    (make_lean adds whether the weights are packed and float16 values, which FP16 needs)."""
     param = next(model.parameters())
     sizes = tuple(sorted((k, v) for k, v in model.config.to_dict().items() if isinstance(v, int)))
-    return type(model).__name__, sizes, param.dtype, str(param.device), torch.get_num_threads()
+    return type(model).__name__, sizes, str(param.dtype), str(param.device), torch.get_num_threads()
 
 
 def long_tensor(ids: list[int], device: torch.device) -> torch.Tensor:

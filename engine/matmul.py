@@ -1,29 +1,26 @@
 """The lean forward's linear maps (engine/lean.py), and which matmul kernel each call takes.
 
-A completion-sized model multiplies a few rows at a time: 1 in a decode step, 2-31 in a verify
-pass, hundreds in a prompt's prefill. Which kernel runs a given number of rows fastest depends on
-the CPU and its libraries, by far more than the noise:
-- On the Intel VM of the earlier figures, MKL ran 1-3 rows 1.5-2x faster as x @ [in, out]
-  (ROWS) and 4-16 rows 1.3-1.6x faster as ([out, in] @ x^T)^T (TRANSPOSED).
-- On an AMD EPYC (Zen 5, 2026-12-02) the transposed product lost, and oneDNN's kernel on a
-  weight packed for it (ONEDNN) ran the shipped target's verify passes and prefills faster than
-  MKL and the 96-wide draft's slower (the figures, and the command that prints them: README,
-  "Engine benchmark").
-- On an AMD EPYC with AVX2 only (2026-12-04), numpy's OpenBLAS (OPENBLAS: np.matmul on the
-  [in, out] copy, no extra memory) ran the shipped target's verify passes of 4-16 tokens
-  1.06-1.22x faster than MKL, and it runs in the calling thread (see _openblas_ready).
-- On an AMD EPYC (Zen 4, 2026-12-06), FBGEMM's matrix product on a packed float16 copy of the
-  weight with float32 inputs, products and sums (FP16) ran the shipped target's decode step
-  1.8x and its verify passes of 2-8 tokens 1.9-2.0x faster than the fastest float32 kernel: a
-  pass reads half the bytes, and at 2-8 rows it packs nothing per call, where the BLAS libraries
-  pack the weight again in every product (2 rows cost them twice what 1 row does). It is a
-  candidate only for weights that are float16 values already (the shipped pair is stored in
-  float16: `fp16_exact`), so the copy is exact and the products are float32's, summed in
-  another order (allclose, like every other kernel here).
-So a model with packed weights measures the kernels on the machine it loads on (`choose_kernels`,
-whole forward passes on a scratch cache, once per process and model shape: engine/lean.py,
-make_lean) for each class of row counts and keeps the fastest. Every kernel computes the same
-products; they differ in rounding only (allclose).
+A completion model multiplies a few rows at a time: 1 in a decode step, 2-31 in a verify pass,
+hundreds in a prompt's prefill. Which kernel runs a given number of rows fastest depends on the
+CPU, its libraries and the model's size, by far more than the noise, so a model measures its
+candidates on the machine it loads on (`choose_kernels`: whole forward passes on a scratch cache)
+for each class of row counts (ROW_CLASSES) and keeps the fastest. The choice is kept on disk
+(engine/kernel_cache.py), so each machine measures a model shape once. Every kernel computes
+the same products; they differ in rounding only (allclose).
+
+The maps come in two layouts:
+- packed (small models, whose products are too small to be bound by memory): copies of the
+  weights owned here, the maps that share an input concatenated, in the layouts the kernels read:
+  [in, out] for x @ W (ROWS; OPENBLAS reads it through numpy where torch runs on one thread),
+  [out, in] for (W @ x^T)^T (TRANSPOSED), oneDNN's own packed layout (ONEDNN), and FBGEMM's
+  float16 packing for weights that are float16 values (FP16: half the bytes a pass reads, and at
+  2-8 rows it packs nothing per call where the BLAS libraries pack the weight in every product);
+- plain (real-sized models, bound by reading their weights): the model's own weights, one copy.
+  Maps that share an input are concatenated once and the model's modules are pointed at slices
+  of the result, so one product serves them and no memory is added. In 16 bits, one row goes
+  through torch's own matrix-vector kernel (GEMV: it reads the weight once, with float32 sums)
+  rather than oneDNN's matrix product, which torch picks for bfloat16 and which costs about
+  twice as much for one row; several rows take whichever of the two measures faster.
 """
 from __future__ import annotations
 
@@ -40,7 +37,7 @@ import torch.nn.functional as F
 
 log = logging.getLogger("specfill.engine")
 
-ROWS, TRANSPOSED, ONEDNN, OPENBLAS, FP16 = "rows", "transposed", "onednn", "openblas", "fp16"
+ROWS, TRANSPOSED, ONEDNN, OPENBLAS, FP16, GEMV = "rows", "transposed", "onednn", "openblas", "fp16", "gemv"
 
 # The classes of row counts that share a kernel: (name, fewest rows, widths measured).
 FEW_ROWS, VERIFY_ROWS, PREFILL_ROWS = 2, 4, 32
@@ -163,8 +160,9 @@ class Linear:
     returned as a view: the next matmul takes it transposed again, contiguous.
     FP16 reads a float16 copy packed for FBGEMM, made from the maps' own weights (before any
     `scale_inputs`, whose scale it applies to the input instead) where they are float16 values.
-    Unpacked: the model's own weights, one matmul per map, no extra memory. The model's
-    parameters are never touched either way."""
+    Plain (real-sized models): the model's own weights, several maps concatenated once with
+    the modules pointed at slices of the result (`fuse_in_place`: the same values, no copy
+    kept); ROWS or GEMV by the number of rows."""
 
     def __init__(self, modules: list[torch.nn.Linear], packed: bool, kernels: Kernels):
         self.kernels = kernels
@@ -180,21 +178,19 @@ class Linear:
             self.weight = torch.cat([m.weight for m in modules]) if len(modules) > 1 else modules[0].weight
             self.weight_t = self.weight.t().contiguous()
             self.weight_np = _numpy_view(self.weight_t)
-            self.parts = None
             if fp16_exact(self.weight):
                 self.fp16_source = self.weight.detach()
                 self.bias_fp16 = self.bias.detach().float() if self.bias is not None \
                     else self.weight.new_zeros(self.weight.shape[0]).detach()
         else:
-            self.weight = modules[0].weight if len(modules) == 1 else None
-            self.weight_t = None if self.weight is None else self.weight.t()
-            self.parts = [(m.weight, m.bias) for m in modules]
+            self.weight = fuse_in_place(modules)
+            self.weight_t = self.weight.t()
 
     def scale_inputs(self, scale: torch.Tensor) -> None:
         """Multiply the map's input features by `scale` inside its packed weights (W diag(scale)),
-        so the caller need not scale its input. Packed maps of several modules only: their
-        weights are copies owned here, never the model's."""
-        assert self.packed and self.parts is None and self.weight_t is not None
+        so the caller need not scale its input. Packed maps only: their weights are copies
+        owned here, never the model's."""
+        assert self.packed
         self.input_scale = scale.detach()
         self.weight = self.weight * scale
         self.weight_t = self.weight.t().contiguous()
@@ -228,38 +224,63 @@ class Linear:
         return weight_bytes(modules) * (2 if len(modules) > 1 else 1)
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            kernel = self.kernels.for_rows(h.shape[0])
-            if kernel == FP16:
-                return self._fp16(h)
-            if kernel == ONEDNN:
-                return _onednn_linear(h, self.weight_onednn, self.bias)
-            if kernel == OPENBLAS:
-                out = _openblas(h, self.weight_np)
-                return out if self.bias is None else out.add_(self.bias)
-            if kernel == TRANSPOSED:
-                if self.bias is None:
-                    return torch.mm(self.weight, h.t()).t()
-                return torch.addmm(self.bias_column, self.weight, h.t()).t()
-        if self.weight_t is not None:
-            return torch.mm(h, self.weight_t) if self.bias is None else torch.addmm(self.bias, h, self.weight_t)
-        return torch.cat([F.linear(h, w, b) for w, b in self.parts], dim=-1)
+        kernel = self.kernels.for_rows(h.shape[0])
+        if kernel == GEMV:
+            return gemv(h, self.weight, self.bias)
+        if kernel == FP16:
+            return self._fp16(h)
+        if kernel == ONEDNN:
+            return _onednn_linear(h, self.weight_onednn, self.bias)
+        if kernel == OPENBLAS:
+            out = _openblas(h, self.weight_np)
+            return out if self.bias is None else out.add_(self.bias)
+        if kernel == TRANSPOSED:
+            if self.bias is None:
+                return torch.mm(self.weight, h.t()).t()
+            return torch.addmm(self.bias_column, self.weight, h.t()).t()
+        return torch.mm(h, self.weight_t) if self.bias is None else torch.addmm(self.bias, h, self.weight_t)
 
     def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """x + self(h), one addmm where there is no bias (single maps only)."""
-        kernel = self.kernels.for_rows(h.shape[0]) if self.packed else ROWS
-        if kernel == FP16:
-            return self._fp16(h).add_(x)
-        if kernel == ONEDNN:
-            return _onednn_linear(h, self.weight_onednn, self.bias).add_(x)
-        if kernel == OPENBLAS:
-            out = _openblas(h, self.weight_np).add_(x)
-            return out if self.bias is None else out.add_(self.bias)
+        kernel = self.kernels.for_rows(h.shape[0])
+        if kernel in (GEMV, FP16, ONEDNN, OPENBLAS):
+            return self(h).add_(x)
         if self.bias is not None:
             x = x + self.bias
         if kernel == TRANSPOSED:
             return torch.addmm(x.t(), self.weight, h.t()).t()
         return torch.addmm(x, h, self.weight_t)
+
+
+def fuse_in_place(modules: list[torch.nn.Linear]) -> torch.Tensor:
+    """The weights of `modules` as one [sum of outs, in] tensor, the modules' own weights made
+    slices of it (the same values, so the model computes as before; no second copy stays). Maps
+    fused before (a second lean forward of the same model) are read where they lie."""
+    weights = [m.weight.detach() for m in modules]
+    if len(weights) == 1:
+        return weights[0]
+    first, rows = weights[0], sum(w.shape[0] for w in weights)
+    offsets = [sum(w.numel() for w in weights[:i]) for i in range(len(weights))]
+    if all(w.is_contiguous() and w.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+           and w.storage_offset() == first.storage_offset() + off for w, off in zip(weights, offsets)):
+        return first.as_strided((rows, first.shape[1]), first.stride())
+    fused = torch.cat(weights)
+    for m, off, w in zip(modules, offsets, weights):
+        m.weight = torch.nn.Parameter(fused[off // w.shape[1]:off // w.shape[1] + w.shape[0]],
+                                      requires_grad=m.weight.requires_grad)
+    return fused
+
+
+def gemv(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear through torch's own matrix-vector kernel: torch hands 16-bit products to oneDNN
+    while oneDNN is enabled, so it is switched off around the call (process-wide: the engine runs
+    its forwards on one thread)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        return F.linear(h, weight, bias)
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def _onednn_linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -317,8 +338,8 @@ def fp16_ready(lean) -> bool:
 
 
 def use_kernels(lean, kernels: Kernels) -> None:
-    """Give `lean` (a packed LeanModel) these kernels, packing oneDNN's and FBGEMM's copies where
-    a class uses them and dropping them where none does."""
+    """Give `lean` these kernels, packing oneDNN's and FBGEMM's copies (packed maps) where a
+    class uses them and dropping them where none does."""
     chosen = {getattr(kernels, name) for name, _, _ in ROW_CLASSES}
     for linear in lean.linears():
         if ONEDNN in chosen and linear.weight_onednn is None:
@@ -335,41 +356,63 @@ def use_kernels(lean, kernels: Kernels) -> None:
     lean.kernels.note = kernels.note
 
 
+# A real-sized model's passes cost tens of milliseconds or more: fewer widths and rounds, and
+# GEMV (one weight read per row) is a candidate for the classes of one or a few rows only.
+PLAIN_WIDTHS = {"one": (1,), "few": (2, 3)}
+PLAIN_REPS = {"one": 5, "few": 3}
+
+
+def measures_kernels(lean) -> bool:
+    """Whether `lean` has kernels to choose between on its device: packed maps, or plain
+    16-bit weights (GEMV or oneDNN's product) on a CPU."""
+    param = lean.linears()[0].weight
+    return param.device.type == "cpu" and (lean.packed or param.dtype in (torch.bfloat16, torch.float16))
+
+
+def _candidates(lean, name: str, onednn: bool, openblas: bool, fp16: bool) -> list[str]:
+    if not lean.packed:
+        return [ROWS, GEMV] if name in PLAIN_WIDTHS else [ROWS]
+    return [ROWS] + ([TRANSPOSED] if name == "verify" else []) + ([ONEDNN] if onednn else []) \
+        + ([OPENBLAS] if openblas else []) + ([FP16] if fp16 else [])
+
+
 def choose_kernels(lean, reps: int | None = None) -> Kernels:
     """Time `lean`'s forward passes on this machine with each kernel for each class of row
     counts (ROW_CLASSES: its widths after MEASURE_CONTEXT cached tokens, fewer where the model
     has fewer positions; kernels interleaved, medians over CLASS_REPS rounds, or `reps` for
-    every class) and keep the fastest of each (ROWS unless another wins by MIN_GAIN). oneDNN is
-    a candidate for float32 weights where the torch build has its kernel and it gives the same
-    products; numpy's BLAS for float32 weights on the CPU where torch runs on one thread
-    (_openblas_ready); FBGEMM's float16 product where the weights are float16 values (FP16). The
-    shipped target: 1.3-1.4 s on the AVX2 EPYC with all four kernels (1.0 s with 5 rounds in every
-    class; a throwaway timing, 2026-12-05); on the Zen 4 VM 1.8-1.9 s with five, 1.4-1.5 s with
-    four (three processes each, 2026-12-06), once per process."""
+    every class) and keep the fastest of each (ROWS unless another wins by MIN_GAIN). Packed
+    maps: oneDNN is a candidate for float32 weights where the torch build has its kernel and it
+    gives the same products; numpy's BLAS for float32 weights on the CPU where torch runs on one
+    thread (_openblas_ready); FBGEMM's float16 product where the weights are float16 values
+    (FP16). Plain 16-bit maps: ROWS (oneDNN's product) and GEMV, for one or a few rows
+    (PLAIN_WIDTHS, PLAIN_REPS).
+    The shipped target measures in 1.4-1.9 s on a 2-core VM: engine/kernel_cache.py keeps the
+    result, so a machine pays it once per model shape."""
     kernels = lean.kernels
-    param = next(lean.model.parameters())
+    param = lean.linears()[0].weight
     cfg = lean.model.config
     positions = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1 << 30
     context = min(MEASURE_CONTEXT, positions // 2)
     linears = lean.linears()
-    onednn = param.dtype == torch.float32 and _onednn_ops() is not None and all(map(_onednn_agrees, linears))
-    openblas = _openblas_ready(param)
-    fp16 = fp16_ready(lean) and all(map(_fp16_agrees, linears))
+    packed = lean.packed
+    onednn = packed and param.dtype == torch.float32 and _onednn_ops() is not None and all(map(_onednn_agrees, linears))
+    openblas = packed and _openblas_ready(param)
+    fp16 = packed and fp16_ready(lean) and all(map(_fp16_agrees, linears))
     vocab = lean.model.get_input_embeddings().weight.shape[0]
-    kv = lean.new_cache(param.dtype, param.device)
+    kv = lean.new_cache(lean.compute_dtype, param.device)
     notes = []
     with torch.inference_mode():
         lean(torch.arange(context, device=param.device) * 53 % vocab, kv, 1)
         for name, _, widths in ROW_CLASSES:
-            widths = [w for w in widths if context + w <= positions]
-            candidates = [ROWS] + ([TRANSPOSED] if name == "verify" else []) + ([ONEDNN] if onednn else []) \
-                + ([OPENBLAS] if openblas else []) + ([FP16] if fp16 else [])
+            widths = [w for w in (widths if packed else PLAIN_WIDTHS.get(name, ())) if context + w <= positions]
+            candidates = _candidates(lean, name, onednn, openblas, fp16)
             if not widths or len(candidates) == 1:
                 setattr(kernels, name, ROWS)
                 continue
             ids = torch.arange(context, context + max(widths), device=param.device) * 53 % vocab   # any ids do
             times = {k: [[] for _ in widths] for k in candidates}
-            for rep in range((CLASS_REPS[name] if reps is None else reps) + 1):    # rep 0 warms up
+            rounds = reps if reps is not None else (CLASS_REPS if packed else PLAIN_REPS)[name]
+            for rep in range(rounds + 1):    # rep 0 warms up
                 order = candidates[rep % len(candidates):] + candidates[:rep % len(candidates)]
                 for i, w in enumerate(widths):
                     for k in order:

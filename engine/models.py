@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import torch
 
 from .kv import model_max_positions
+from .precision import checkpoint_dtype, choose_dtype
 from .settings import DEVICE_PATTERN, DEVICES, DTYPES
 from .vocab import TokenVocab, build_vocab
 
@@ -31,6 +32,7 @@ class LoadedModel:
     tokenizer: object
     vocab: TokenVocab
     device: torch.device
+    precision: str = ""     # the dtype it computes in and why (engine/precision.py)
 
     @property
     def max_positions(self) -> int | None:
@@ -68,15 +70,19 @@ def pick_device(device: str) -> torch.device:
     return picked
 
 
-def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+def check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
         raise ModelLoadError(f"dtype {dtype!r}: not one of {', '.join(DTYPES)}")
-    if dtype == "auto":
-        # fp32 is faster than bf16 for small models on CPU; half precision on accelerators.
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float16 if device.type == "mps" else torch.float32
-    return getattr(torch, dtype)
+
+
+def own_memory(model: torch.nn.Module) -> None:
+    """Give a CPU model's weights memory of their own. Loaded as stored, they are views of the
+    checkpoint's memory-mapped file: every page read stays counted as the process's own while
+    any weight of the file is alive, so a weight replaced later (fused, quantized) would go on
+    weighing. Copied, the file's mapping goes with the last of its weights."""
+    with torch.no_grad():
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            tensor.data = tensor.data.clone()
 
 
 def _one_line(e: BaseException) -> str:
@@ -131,7 +137,7 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     if looks_like_path and not os.path.isdir(path):  # hub ids are "name" or "org/name"
         raise ModelLoadError(f"{role} model {name!r}: no such directory")
     dev = pick_device(device)
-    torch_dtype = pick_dtype(dtype, dev)
+    check_dtype(dtype)
     local = os.path.isdir(path) or hub_files_only(path, role)
     kw = dict(trust_remote_code=trust_remote_code, local_files_only=local)
     try:
@@ -146,15 +152,28 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
         raise ModelLoadError(f"{role} model {name!r}: tokenizer missing or unreadable ({_one_line(e)})") from None
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{role} model {name!r}: needs a fast (tokenizers) tokenizer")
+    # `auto` on a CPU decides from the weights: load them as stored, then convert if needed
+    stored = checkpoint_dtype(path, config)
+    decide_later = dtype == "auto" and dev.type == "cpu"
+    if decide_later:
+        load_dtype = stored if stored is not None else torch.float32
+    else:
+        load_dtype = choose_dtype(dtype, dev, stored, None).dtype
     try:
         if device_map:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, device_map=device_map, **kw)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype, device_map=device_map, **kw)
         else:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **kw).to(dev)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype, **kw).to(dev)
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(f"{role} model {name!r}: weights could not be loaded ({_one_line(e)})") from None
+    float32_bytes = 4 * sum(p.numel() for p in model.parameters())
+    precision = choose_dtype(dtype, dev, stored, float32_bytes)
+    if decide_later and precision.dtype != load_dtype:
+        model = model.to(precision.dtype)
+    elif dev.type == "cpu":
+        own_memory(model)
     model.eval()
     model.requires_grad_(False)
-    log.info("loaded %s model %s (%s, %s)", role, name, dev, torch_dtype)
+    log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
-                       device=next(model.parameters()).device)
+                       device=next(model.parameters()).device, precision=precision.reason)

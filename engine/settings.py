@@ -30,6 +30,7 @@ class EngineConfig:
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
     lookup: bool = True           # prompt lookup alongside a draft model (the controller picks per round)
     cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only; run on one H200 so far)
+    quantize: str = "none"        # the local models' linear weights: none, or int8 (engine/quantize.py)
     # the target's answers that lookup drafts from too (engine/datastore.py): "auto" (the
     # target directory's datastore.npz, if any), "none", or a file
     datastore: str = "auto"

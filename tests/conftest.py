@@ -3,6 +3,10 @@ import os
 # Nothing in the tests may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Kernel choices measured by the tests stay in this run (and its servers), not in the user's cache.
+if "SPECFILL_KERNEL_CACHE" not in os.environ:
+    import tempfile
+    os.environ["SPECFILL_KERNEL_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="specfill-kernels-"), "kernels.json")
 
 import torch  # noqa: E402
 

@@ -1,0 +1,127 @@
+"""Which precision a model computes in, and why.
+
+`dtype: auto` keeps a checkpoint's own 16-bit precision where that is fast: on a GPU always
+(bfloat16 where the GPU has it, else float16); on a CPU for a model past SMALL_MODEL_BYTES whose
+checkpoint is stored in 16 bits and whose 16-bit type the CPU computes natively (bfloat16:
+AVX512-BF16 or AMX on x86, BF16 on Arm; float16: F16C on x86, any Arm64). Decoding such a model
+reads every weight once a token, so half the bytes is about half the time, and nothing is
+rounded that the checkpoint did not already round. A small model (the shipped pair) stays in
+float32: its products are too small to be bound by memory, and float32 ones run faster there
+(engine/matmul.py measures its kernels). A float32 checkpoint stays float32 (16 bits would
+change its weights); `dtype: bfloat16` asks for that explicitly.
+
+`choose_dtype` returns the choice and one line saying why, which the load logs and
+`specfill --version` shows for this machine.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# Past this many bytes of float32 weights a model is "real-sized": its decode step is bound by
+# reading the weights, and 16-bit weights pay. The shipped target is 16 MB in float32.
+SMALL_MODEL_BYTES = 256 * 2**20
+
+_SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_CONFIG_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Precision:
+    dtype: torch.dtype
+    reason: str          # one line: why this dtype (logged at load)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them (empty where /proc/cpuinfo is absent)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_runs_natively(dtype: torch.dtype) -> bool:
+    """Whether this CPU has instructions that compute with `dtype` (not only convert it)."""
+    flags = cpu_flags()
+    arm = platform.machine().lower() in ("arm64", "aarch64")
+    if dtype == torch.bfloat16:
+        if flags:
+            return bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
+        return arm and platform.system() == "Darwin"   # Apple M2 and later; no flags to read there
+    if dtype == torch.float16:
+        return arm or "f16c" in flags
+    return dtype == torch.float32
+
+
+def checkpoint_dtype(path: str | Path, config=None) -> torch.dtype | None:
+    """The dtype a checkpoint's weights are stored in: config.json's `dtype` (`torch_dtype` in
+    older files), else the first tensor of its safetensors; None where neither says."""
+    stored = None
+    if config is not None:
+        stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if isinstance(stored, torch.dtype):
+            return stored if stored in _CONFIG_DTYPES.values() else None
+    if stored is None and Path(path, "config.json").is_file():
+        raw = json.loads(Path(path, "config.json").read_text())
+        stored = raw.get("dtype") or raw.get("torch_dtype")
+    if isinstance(stored, str) and stored in _CONFIG_DTYPES:
+        return _CONFIG_DTYPES[stored]
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if not files:
+        return None
+    with open(files[0], "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    for name, info in header.items():
+        if name != "__metadata__":
+            return _SAFETENSORS_DTYPES.get(info.get("dtype"))
+    return None
+
+
+def choose_dtype(requested: str, device: torch.device, stored: torch.dtype | None,
+                 float32_bytes: int | None, native=cpu_runs_natively) -> Precision:
+    """The dtype a model computes in. `requested` is the setting (auto, float32, bfloat16,
+    float16); `stored` the checkpoint's dtype; `float32_bytes` its weights' size in float32;
+    `native(dtype)` whether this CPU computes in dtype."""
+    if requested != "auto":
+        dtype = getattr(torch, requested)
+        note = ""
+        if device.type == "cpu" and not native(dtype):
+            note = f" (this CPU has no {requested} instructions: it converts every product, expect it slow)"
+        return Precision(dtype, f"{requested}, as set{note}")
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return Precision(dtype, f"{_name(dtype)}: the GPU's fast precision")
+    if device.type == "mps":
+        return Precision(torch.float16, "float16: the GPU's fast precision")
+    stored_name = _name(stored) if stored is not None else "an unknown dtype"
+    if stored not in (torch.bfloat16, torch.float16):
+        return Precision(torch.float32, f"float32: the checkpoint is stored in {stored_name}")
+    if float32_bytes is not None and float32_bytes <= SMALL_MODEL_BYTES:
+        return Precision(torch.float32, f"float32: a small model ({float32_bytes / 2**20:.0f} MB in float32) "
+                                        "is faster in float32 on a CPU")
+    if not native(stored):
+        return Precision(torch.float32, f"float32: the checkpoint is {stored_name} but this CPU has no "
+                                        f"{stored_name} instructions, so {stored_name} would run slowly")
+    return Precision(stored, f"{stored_name}: the checkpoint's own precision, which this CPU computes natively")
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def system_line() -> str:
+    """This machine's CPU precisions, for `specfill --version`."""
+    native = [n for n, d in (("bfloat16", torch.bfloat16), ("float16", torch.float16)) if cpu_runs_natively(d)]
+    return "CPU 16-bit: " + (", ".join(native) if native else "none (16-bit checkpoints run in float32)")

@@ -1,0 +1,127 @@
+"""Weight quantization for the lean forward (the `quantize` setting): `none` or `int8`.
+
+`int8` stores each linear map's weight as 8-bit integers with one scale per output row and
+multiplies with torch's own int8 kernels (FBGEMM on x86, QNNPACK on Arm): each row of input is
+quantized to 8 bits on the fly with its own scale, the products are summed in 32-bit integers
+and scaled back to float32. Like llama.cpp's q8_0, it reads a quarter of float32's bytes and half
+of bfloat16's, and several rows (a verify pass) cost little more than one.
+
+Every row of input is quantized alone, so a row's output is the same bit for bit whatever else
+is in the call: a verify pass of 8 tokens computes what 8 single steps would. (torch's dynamic
+kernel picks one scale for the whole input; scaling each row to a largest magnitude of 1 and
+adding a +1 and a -1 column, whose weights are zero, gives every call the same range.) The
+quantized model is a model of its own: decoding stays lossless with respect to it, the target
+alone quantized the same way, and its quality cost is measured apart (bench/quality.py).
+
+The embedding table stays in the checkpoint's precision (a lookup reads one row); a model whose
+output head shares the embedding's weight keeps that weight and adds an int8 copy for the head.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+
+from .matmul import _fused_bias
+from .precision import cpu_flags
+
+QUANTIZE = ("none", "int8")
+QUANTIZE_ROWS = 8192    # rows of a weight converted at a time
+
+
+class QuantizeError(ValueError):
+    """A model or device this quantization cannot serve; the message is one line."""
+
+
+@functools.cache
+def int8_engine() -> str | None:
+    """The quantized engine torch's int8 product runs on here (fbgemm or x86 on x86, qnnpack on
+    Arm), or None where this torch build or CPU has none that works."""
+    supported = torch.backends.quantized.supported_engines
+    for engine in ("x86", "fbgemm", "qnnpack"):
+        if engine not in supported:
+            continue
+        try:
+            torch.backends.quantized.engine = engine
+            probe = Int8Linear.from_weight(torch.eye(8), None)
+            if torch.allclose(probe(torch.eye(8)), torch.eye(8), atol=0.02):
+                return engine
+        except Exception:   # an engine listed but unusable on this CPU: try the next
+            continue
+    return None
+
+
+def _reduce_range() -> bool:
+    """7-bit inputs where the CPU sums u8 x s8 pairs in saturating 16 bits (x86 without VNNI)."""
+    flags = cpu_flags()
+    return bool(flags) and "avx2" in flags and not {"avx512_vnni", "avx_vnni"} & flags
+
+
+class Int8Linear:
+    """One or more linear maps of the same input as one int8 product (the Linear interface of
+    engine/matmul.py: __call__ and add_to, float32 in and out)."""
+
+    def __init__(self, packed, bias: torch.Tensor | None, reduce_range: bool):
+        self.packed, self.bias, self.reduce_range = packed, bias, reduce_range
+        self.pins = None     # the +1 / -1 columns, grown to the widest call
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
+        out, width = weight.shape
+        # int8 values and scales a block of rows at a time (a float32 copy of a whole output
+        # head would be twice its bfloat16 size); two zero columns for the +1 / -1 inputs
+        values = torch.zeros(out, width + 2, dtype=torch.int8)
+        scale = torch.empty(out, dtype=torch.float64)
+        for start in range(0, out, QUANTIZE_ROWS):
+            rows = weight[start:start + QUANTIZE_ROWS].detach().to(torch.float32, copy=True)
+            block = rows.abs().amax(dim=1).clamp_min_(1e-12).div_(127)
+            values[start:start + QUANTIZE_ROWS, :width] = rows.div_(block[:, None]).round_().to(torch.int8)
+            scale[start:start + QUANTIZE_ROWS] = block
+        with warnings.catch_warnings():   # torch marks its quantized tensor types deprecated
+            warnings.simplefilter("ignore")
+            q = torch._make_per_channel_quantized_tensor(values, scale, torch.zeros(out, dtype=torch.long), 0)
+            packed = torch.ops.quantized.linear_prepack(q, None)
+        # the bias is added after the rows are scaled back (inside the product it would be scaled too)
+        return cls(packed, None if bias is None else bias.detach().float(), _reduce_range())
+
+    def _pinned(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h's rows scaled to a largest magnitude of 1, with the +1 and -1 columns; the scales."""
+        n = h.shape[0]
+        if self.pins is None or self.pins.shape[0] < n:
+            self.pins = torch.tensor([[1.0, -1.0]]).expand(max(n, 16), 2).contiguous()
+        top = h.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
+        return torch.cat([h / top, self.pins[:n]], dim=1), top
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        x, top = self._pinned(h.float())
+        out = torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range).mul_(top)
+        return out if self.bias is None else out.add_(self.bias)
+
+    def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self(h).add_(x)
+
+
+def quantize_linears(modules: list[torch.nn.Linear], keep: set[int]) -> Int8Linear:
+    """The int8 product of these maps (concatenated by output); each module's own weight is
+    then freed, unless the model reads it elsewhere (its data pointer is in `keep`: a tied
+    embedding)."""
+    weight = torch.cat([m.weight.detach() for m in modules]) if len(modules) > 1 else modules[0].weight
+    linear = Int8Linear.from_weight(weight, _fused_bias(modules))
+    for m in modules:
+        if m.weight.data_ptr() not in keep:
+            m.weight = torch.nn.Parameter(m.weight.new_empty(0), requires_grad=False)
+    return linear
+
+
+def check_quantize(quantize: str, device: torch.device) -> None:
+    """One line where `quantize` cannot run on `device` here; nothing where it can."""
+    if quantize not in QUANTIZE:
+        raise QuantizeError(f"quantize {quantize!r}: not one of {', '.join(QUANTIZE)}")
+    if quantize == "none":
+        return
+    if device.type != "cpu":
+        raise QuantizeError(f"quantize {quantize!r}: runs on a CPU; on {device.type} use dtype bfloat16 or float16")
+    if int8_engine() is None:
+        raise QuantizeError(f"quantize {quantize!r}: this torch build has no int8 kernel that runs on this CPU "
+                            f"(engines: {', '.join(torch.backends.quantized.supported_engines) or 'none'})")

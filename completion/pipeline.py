@@ -18,7 +18,7 @@ from completion.cache import CompletionCache
 from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, to_lf, uri_to_path
 from completion.postprocess import AnswerCut, Cleaned, clean_completion, is_single_line, with_eol
 from completion.stats import PipelineStats
-from completion.templates import FAMILIES, FimTemplate, load_template
+from completion.templates import FAMILIES, LAYOUTS, FimTemplate, load_template
 from engine.kv import common_prefix_len
 from engine.remote import InfillPrompt, RemoteEngine, RemoteError, TextPrompt
 from engine.settings import DRAFT_CONTROLS, GenerationResult, GenerationSettings, TextStop
@@ -43,7 +43,7 @@ class CompletionOptions:
     """Validated once, when made; frozen so that stays true."""
     fim_template: str = "auto"        # target's prompt format: auto (from its tokenizer) or a family name
     draft_fim_template: str = "auto"  # the draft's own format (it may be another family)
-    fim_layout: str = "auto"          # auto | psm | spm; auto = the family's faster layout (SPM if trained)
+    fim_layout: str = "auto"          # auto or one of LAYOUTS; auto: SPM where trained, else PSM-LINE
     prefix_tokens: int = 1024         # budget for text before the cursor (target tokens)
     suffix_tokens: int = 256          # budget for text after the cursor
     extra_tokens: int = 256           # budget for chunks of other open documents (0 = off)
@@ -76,8 +76,8 @@ class CompletionOptions:
         for name in ("fim_template", "draft_fim_template"):
             if getattr(self, name) not in ("auto", *FAMILIES):
                 bad(name, f"expected auto or one of {', '.join(FAMILIES)}")
-        if self.fim_layout not in ("auto", "psm", "spm"):
-            bad("fim_layout", "expected auto, psm or spm")
+        if self.fim_layout not in ("auto", *LAYOUTS):
+            bad("fim_layout", f"expected auto or one of {', '.join(LAYOUTS)}")
         if self.multiline not in ("auto", "always", "never"):
             bad("multiline", "expected auto, always or never")
         for name, low in (("prefix_tokens", 1), ("suffix_tokens", 0), ("extra_tokens", 0),

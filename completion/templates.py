@@ -4,7 +4,10 @@ Prompts are built from token ids, never by formatting sentinel strings into text
 looked up as ids, the code segments are encoded with special-token matching switched off, so a
 ``<fim_prefix>`` or ``<PRE>`` typed in the user's file stays plain text.
 
-Formats (layout PSM = prefix, suffix, middle; SPM = suffix first, so typing only appends):
+Formats (layout PSM = prefix, suffix, middle; SPM = suffix first, so typing only appends;
+PSM-LINE = PSM whose middle begins with the cursor line's text before the cursor, so typing
+within a line only appends too: the prefix ends at the line's start, and the suffix, which PSM
+puts after the prefix, is computed once a line rather than once a keystroke):
 
 * codellama  ``<s>▁<PRE>{pre}▁<SUF>{suf}▁<MID>`` / SPM ``<s>▁<PRE>▁<SUF>{suf}▁<MID>{pre}``
   (Meta's ``infilling_prompt_tokens``: the prefix is encoded like any text, so a SentencePiece
@@ -31,7 +34,7 @@ import cachetools
 log = logging.getLogger(__name__)
 
 FAMILIES = ("codellama", "starcoder", "starcoder2", "deepseek", "qwen", "codegemma", "codestral", "plain")
-LAYOUTS = ("psm", "spm")
+LAYOUTS = ("psm", "spm", "psm-line")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,9 @@ class FamilySpec:
     middle: tuple[str, ...] = ()
     stops: tuple[str, ...] = ()          # end-of-middle tokens besides the tokenizer's EOS
     uses_bos: bool = False
-    layouts: tuple[str, ...] = ("psm",)  # layouts the family was trained on, preferred first
+    layouts: tuple[str, ...] = ("psm",)  # layouts the family was trained on, preferred first (PSM
+                                         # brings PSM-LINE, preferred to it: the same prompt split
+                                         # elsewhere, which typing only appends to)
     repo_name: str | None = None         # repo-level extra-context sentinels
     file_sep: str | None = None
 
@@ -119,17 +124,25 @@ class FimTemplate:
     _lines: cachetools.LRUCache = field(default_factory=lambda: cachetools.LRUCache(LINES_KEPT), repr=False)
 
     @property
+    def supported_layouts(self) -> tuple[str, ...]:
+        """The family's layouts, PSM-LINE first among them where it has PSM (after SPM)."""
+        layouts = list(self.layouts)
+        if "psm" in layouts:
+            layouts.insert(layouts.index("psm"), "psm-line")
+        return tuple(layouts)
+
+    @property
     def default_layout(self) -> str:
-        return self.layouts[0]
+        return self.supported_layouts[0]
 
     def resolve_layout(self, wanted: str) -> str:
-        """The layout to use for a `fim_layout` setting (auto | psm | spm)."""
-        if wanted == "auto" or wanted in self.layouts:
+        """The layout to use for a `fim_layout` setting (auto, or one of LAYOUTS)."""
+        if wanted == "auto" or wanted in self.supported_layouts:
             return self.default_layout if wanted == "auto" else wanted
         if wanted not in self._warned:
             self._warned.add(wanted)
             log.warning("%s prompts support %s, not %s; using %s", self.family,
-                        "/".join(self.layouts), wanted, self.default_layout)
+                        "/".join(self.supported_layouts), wanted, self.default_layout)
         return self.default_layout
 
     # -- encoding --------------------------------------------------------------------------
@@ -173,8 +186,12 @@ class FimTemplate:
         if layout == "spm":
             return (head + [self.prefix_id, self.suffix_id] + self._segment(suffix)
                     + [self.middle_id] + self._prefix_ids(prefix))
+        typed = ""
+        if layout == "psm-line":   # the cursor line's start goes into the middle, after the suffix
+            cut = prefix.rfind("\n") + 1
+            prefix, typed = prefix[:cut], prefix[cut:]
         return (head + [self.prefix_id] + self._prefix_ids(prefix) + [self.suffix_id]
-                + self._segment(suffix) + [self.middle_id])
+                + self._segment(suffix) + [self.middle_id] + self.encode_infill(typed))
 
     def _prefix_ids(self, prefix: str) -> list[int]:
         """encode(prefix); line by line (`_by_lines`) where the tokenizer never joins a line break

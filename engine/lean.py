@@ -355,10 +355,9 @@ class LeanLlama:
         return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).hypot_(self.norm_floor)
 
     def _norm(self, x, weight):
-        if x.dtype == torch.float32:
-            return torch.rms_norm(x, (x.shape[-1],), weight, self.eps)
-        # Half precision: normalise in float32 and round before the weight, as transformers does.
-        return weight * torch.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+        # one op in any precision: in 16 bits torch's kernel sums in float32 and rounds once, after
+        # the weight (transformers rounds before it too: the two differ by that one rounding)
+        return torch.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
     def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
         step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)

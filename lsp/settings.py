@@ -131,8 +131,10 @@ class Settings:
         "any value; `python -m bench.draft_window` compares values for your pair.",
         "`auto` or an integer 16-32768", min=16, max=32768, keywords=("auto",))
     fimLayout: str = _setting(
-        "auto", "Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix "
-        "first, keeps the KV cache valid while typing); `auto` picks per template.",
+        "auto", "Order of prefix and suffix in the prompt: PSM (prefix first), SPM (suffix "
+        "first: typing only appends, so the KV cache stays valid), or PSM-LINE (PSM whose middle "
+        "begins with the cursor line's text: typing within a line only appends); `auto`: SPM "
+        "where the model family was trained on it, else PSM-LINE.",
         f"`auto`, {_quoted(LAYOUTS)}", choices=("auto", *LAYOUTS))
     prefixTokens: int = _setting(1024, "Tokens of text before the cursor put in the prompt.",
                                  "integer 16-32768", min=16, max=32768)

@@ -146,8 +146,35 @@ def test_no_fim_tokens_falls_back_to_prefix_only_with_warning(caplog):
 def test_psm_only_family_refuses_spm_with_warning(caplog):
     t = load_template(tok_for("deepseek"))
     with caplog.at_level(logging.WARNING, logger="completion.templates"):
-        assert t.resolve_layout("spm") == "psm"
+        assert t.resolve_layout("spm") == "psm-line"
     assert "not spm" in caplog.text
+
+
+@pytest.mark.parametrize("family", ["qwen", "deepseek", "codegemma", "starcoder", "codellama"])
+def test_psm_line_begins_the_middle_with_the_cursor_lines_text(family):
+    """PSM-LINE is the PSM prompt of the text above the cursor's line, whose middle begins with
+    the line's text before the cursor; families trained on PSM only take it by default."""
+    t = load_template(tok_for(family))
+    above, typed = "import os\n\ndef f(x):\n", "    return os.pa"
+    want = t.build(above, SUF, "psm") + t.encode_infill(typed)
+    assert t.build(above + typed, SUF, "psm-line") == want
+    assert t.build(above, SUF, "psm-line") == t.build(above, SUF, "psm")     # at a line's start: PSM
+    assert t.build(typed, SUF, "psm-line") == t.build("", SUF, "psm") + t.encode_infill(typed)
+    assert t.default_layout == ("spm" if "spm" in t.layouts else "psm-line")
+
+
+@pytest.mark.parametrize("family", ["qwen", "deepseek"])
+def test_typing_within_a_line_only_appends_to_a_psm_line_prompt(family):
+    """Keystroke after keystroke on one line, the prompt keeps all it had up to the typed text's
+    last token or two (a word's pieces may merge): the suffix is never computed again."""
+    t = load_template(tok_for(family))
+    line = "    result = compute_total(values, weights)"
+    before = t.build("def f(values, weights):\n", SUF, "psm-line")
+    for n in range(1, len(line) + 1):
+        prompt = t.build("def f(values, weights):\n" + line[:n], SUF, "psm-line")
+        shared = next((i for i, (a, b) in enumerate(zip(before, prompt)) if a != b), min(len(before), len(prompt)))
+        assert shared >= len(before) - 2, (n, line[:n])
+        before = prompt
 
 
 def test_stop_ids_per_family():

@@ -86,9 +86,10 @@ M.defaults = {
   --       value; `python -m bench.draft_window` compares values for your pair. Allowed: `auto` or
   --       an integer 16-32768.
   --   fimLayout = "auto"
-  --       Order of prefix and suffix in the prompt: PSM (prefix first) or SPM (suffix first, keeps
-  --       the KV cache valid while typing); `auto` picks per template. Allowed: `auto`, `psm`,
-  --       `spm`.
+  --       Order of prefix and suffix in the prompt: PSM (prefix first), SPM (suffix first: typing
+  --       only appends, so the KV cache stays valid), or PSM-LINE (PSM whose middle begins with the
+  --       cursor line's text: typing within a line only appends); `auto`: SPM where the model
+  --       family was trained on it, else PSM-LINE. Allowed: `auto`, `psm`, `spm`, `psm-line`.
   --   prefixTokens = 1024
   --       Tokens of text before the cursor put in the prompt. Allowed: integer 16-32768.
   --   suffixTokens = 256

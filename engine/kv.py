@@ -3,7 +3,8 @@
 A session remembers which token ids its cache holds. A new request finds the longest common
 prefix with them, crops the cache back to it and computes only the rest, so an edit near
 the end of a prompt costs only the tokens after the edit. A pool keeps a few sessions per
-model (say, one per open document) within a fixed token budget.
+model (say, one per open document) within one token budget for all of them: a session that
+needs room takes it from the least recently used others (`KVPool.make_room`).
 
 A session runs its model through one of two forwards with the same interface (`Forward`):
 the lean one (engine/lean.py) where the architecture has one, else the transformers one.
@@ -71,6 +72,12 @@ class Forward(Protocol):
     def keep_path(self, nodes: list[int]) -> None:
         """After `tree`: append the cached nodes `nodes` (the accepted path below the root)."""
 
+    def held(self) -> int:
+        """Tokens the cache's memory holds room for now."""
+
+    def held_after(self, total: int) -> int:
+        """Tokens its memory will hold room for once it holds `total` tokens."""
+
 
 def cache_argument(model: torch.nn.Module) -> str:
     """The name under which the model's forward takes its KV cache: `cache` in newer transformers
@@ -104,28 +111,38 @@ class TransformersForward:
     def reset(self) -> None:
         self.cache = None
 
+    def held(self) -> int:
+        return self.cache.get_seq_length() if self.cache is not None else 0
+
+    def held_after(self, total: int) -> int:
+        return total
+
 
 def make_forward(model: torch.nn.Module, lean: LeanModel | None, static_capacity: int | None = None,
-                 cuda_graphs: bool = False) -> Forward:
+                 cuda_graphs: bool = False, limit: int | None = None) -> Forward:
     """The lean forward when `lean` is given (see make_lean), else the transformers one. With
     `static_capacity`, the lean forward's static mode with that many cache slots (and, with
-    `cuda_graphs`, replayed CUDA graphs: CUDA only)."""
+    `cuda_graphs`, replayed CUDA graphs: CUDA only). `limit`: the most tokens a session holds
+    (the lean cache grows up to it, not past it)."""
     param = next(model.parameters())
     if lean is None:
         return TransformersForward(model, param.device)
     if static_capacity is not None:
         return StaticLeanForward(lean, lean.compute_dtype, param.device, static_capacity, cuda_graphs)
-    return LeanForward(lean, lean.compute_dtype, param.device)
+    return LeanForward(lean, lean.compute_dtype, param.device, limit)
 
 
 class KVSession:
-    def __init__(self, model: torch.nn.Module, max_tokens: int, forward: Forward | None = None):
-        """`forward` runs the model (default: the lean forward where the model has one)."""
+    def __init__(self, model: torch.nn.Module, max_tokens: int, forward: Forward | None = None,
+                 pool: "KVPool | None" = None):
+        """`forward` runs the model (default: the lean forward where the model has one); `pool`
+        gives the session room within the budget it shares with the pool's other sessions."""
         self.model = model
         positions = model_max_positions(model)
         self.max_tokens = min(max_tokens, positions) if positions else max_tokens
         self.ids: list[int] = []   # the tokens the cache holds
-        self.forward = forward if forward is not None else make_forward(model, lean_for(model))
+        self.forward = forward if forward is not None else make_forward(model, lean_for(model), limit=self.max_tokens)
+        self.pool = pool
         self.last_used = time.monotonic()
         self.forward_calls = 0
         self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
@@ -147,6 +164,8 @@ class KVSession:
             raise ContextTooLong(
                 f"{len(self.ids) + len(new_ids)} tokens exceed the limit of {self.max_tokens} "
                 "(the model's context or the KV session budget)")
+        if self.pool is not None:
+            self.pool.make_room(self, len(self.ids) + len(new_ids))
         t0 = time.perf_counter()
         if torch.is_inference_mode_enabled():   # the engine's rounds already are: no nested mode
             logits = self.forward(new_ids, n_logits)
@@ -173,6 +192,8 @@ class KVSession:
             raise ContextTooLong(
                 f"{len(self.ids) + n} tokens exceed the limit of {self.max_tokens} "
                 "(the model's context or the KV session budget)")
+        if self.pool is not None:
+            self.pool.make_room(self, len(self.ids) + n)
         t0 = time.perf_counter()
         with torch.inference_mode():
             logits = self.forward.tree(tree.tokens, tree.depths, tree.ancestors())
@@ -215,9 +236,11 @@ class KVSession:
 
 
 class KVPool:
-    """A few KV sessions for one model; a request goes to the one sharing most of its prompt."""
+    """A few KV sessions for one model; a request goes to the one sharing most of its prompt.
+    `max_tokens` is the budget of all of them together: the most tokens one session holds, and
+    the most the pool's caches hold room for at once."""
 
-    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 4096, lean: bool = True,
+    def __init__(self, model: torch.nn.Module, max_sessions: int = 4, max_tokens: int = 8192, lean: bool = True,
                  static: bool = False, cuda_graphs: bool = False, quantize: str = "none"):
         """`static`: the lean forward's static mode (StaticLeanForward), each session's cache
         reserved whole; `cuda_graphs`: that, replayed as CUDA graphs (on a CUDA model only:
@@ -252,11 +275,28 @@ class KVPool:
             if self.static:
                 positions = model_max_positions(self.model)
                 capacity = min(self.max_tokens, positions) if positions else self.max_tokens
-            forward = make_forward(self.model, self.lean_model, capacity, self.cuda_graphs)
-            s = KVSession(self.model, self.max_tokens, forward)
+            forward = make_forward(self.model, self.lean_model, capacity, self.cuda_graphs, self.max_tokens)
+            s = KVSession(self.model, self.max_tokens, forward, pool=self)
             self.sessions.append(s)
             return s
         return min(self.sessions, key=lambda s: s.last_used)
+
+    def make_room(self, session: KVSession, total: int) -> None:
+        """Before `session` grows to `total` tokens: drop the caches of the least recently used
+        other sessions until all of them together fit the budget."""
+        want = session.forward.held_after(total)
+        others = sorted((s for s in self.sessions if s is not session and s.forward.held()),
+                        key=lambda s: s.last_used)
+        held = sum(s.forward.held() for s in others)
+        for s in others:
+            if held + want <= self.max_tokens:
+                break
+            held -= s.forward.held()
+            s.crop(0)
+
+    def held_tokens(self) -> int:
+        """Tokens the sessions' caches hold room for, together."""
+        return sum(s.forward.held() for s in self.sessions)
 
     def forward_ms(self) -> float:
         """Time inside the model's forward passes, over all sessions so far."""

@@ -63,11 +63,11 @@ PACK_MAX_BYTES = 64 * 2**20
 MASK_BAND_WIDTH = 64
 
 
-def _grown(capacity: int, total: int, minimum: int = 256) -> int:
+def _grown(capacity: int, total: int, minimum: int = 256, limit: int | None = None) -> int:
     cap = max(minimum, capacity)
     while cap < total:
         cap *= 2  # doubling: growth copies are rare, steps never copy
-    return cap
+    return cap if limit is None else max(total, min(cap, limit))
 
 
 class LeanKV:
@@ -88,6 +88,7 @@ class LeanKV:
         self.dtype, self.device = dtype, device
         self.capacity = 0
         self.length = 0
+        self.limit: int | None = None       # growth stops here (the session's most tokens)
         self.data: torch.Tensor | None = None
         self.slots: list[torch.Tensor] = []    # [2, kv_heads, capacity, head_dim] per layer
         self.keys: list[torch.Tensor] = []
@@ -97,7 +98,7 @@ class LeanKV:
         """Room for `total` tokens (exactly that many with `exact`, else grown by doubling)."""
         if total <= self.capacity:
             return
-        cap = total if exact else _grown(self.capacity, total)
+        cap = total if exact else _grown(self.capacity, total, limit=self.limit)
         layers, heads, hd = self.shape
         data = torch.zeros(layers, 2, heads, cap, hd, dtype=self.dtype, device=self.device)
         if self.data is not None:
@@ -594,9 +595,11 @@ class LeanForward:
 
     supports_tree = True
 
-    def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device):
+    def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device, limit: int | None = None):
+        """`limit`: the most tokens the cache will hold (it grows up to it, never past it)."""
         self.lean = lean
         self.dtype, self.device = dtype, device
+        self.limit = limit
         self.cache: LeanKV | None = None
         self.tree_root = 0    # where the last tree pass put its root
         # Every id once, on the device: a one-token step takes a slice of it instead of building
@@ -608,14 +611,26 @@ class LeanForward:
             return self.token_ids[new_ids[0]:new_ids[0] + 1]
         return long_tensor(new_ids, self.device)
 
+    def _new_cache(self) -> LeanKV:
+        cache = self.lean.new_cache(self.dtype, self.device)
+        cache.limit = self.limit
+        return cache
+
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
-            self.cache = self.lean.new_cache(self.dtype, self.device)
+            self.cache = self._new_cache()
         return _float_rows(self.lean(self._ids(new_ids), self.cache, n_logits))
+
+    def held(self) -> int:
+        return self.cache.capacity if self.cache is not None else 0
+
+    def held_after(self, total: int) -> int:
+        capacity = self.cache.capacity if self.cache is not None else 0
+        return capacity if total <= capacity else _grown(capacity, total, limit=self.limit)
 
     def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
         if self.cache is None:
-            self.cache = self.lean.new_cache(self.dtype, self.device)
+            self.cache = self._new_cache()
         x = long_tensor(new_ids, self.device)
         layout = TreeLayout(long_tensor(depths, self.device), ancestors.to(self.device))
         self.tree_root = self.cache.length
@@ -807,6 +822,12 @@ class StaticLeanForward:
     def reset(self) -> None:
         if self.cache is not None:
             self.cache.length = 0   # keep the memory: the graphs point into it
+
+    def held(self) -> int:
+        return self.slots if self.cache is not None else 0    # reserved whole, and kept
+
+    def held_after(self, total: int) -> int:
+        return self.slots
 
 
 class _GraphedPass:

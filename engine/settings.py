@@ -22,7 +22,7 @@ class EngineConfig:
     dtype: str = "auto"           # one of DTYPES
     trust_remote_code: bool = False
     device_map: str | None = None  # "auto": spread a target larger than one device (accelerate)
-    max_cache_tokens: int = 4096  # per KV session; prompts longer than this are refused
+    max_cache_tokens: int = 8192  # KV budget of a model's sessions together; longer prompts are refused
     max_sessions: int = 4         # KV sessions kept per model (e.g. one per open document)
     threads: int = 0              # torch CPU threads; 0 = auto (half the cores on CPU, at most 8)
     heal: bool = True             # token healing for a draft with another tokenizer

@@ -114,9 +114,12 @@ M.defaults = {
   --   timeBudgetMs = 0
   --       Stop decoding after this many milliseconds and show what is ready; 0 = no limit. Allowed:
   --       integer 0-60000.
-  --   maxCacheTokens = 4096
-  --       Longest KV cache kept per session (prompt + completion tokens). Allowed: integer
-  --       256-131072.
+  --   maxCacheTokens = 8192
+  --       KV cache budget, in tokens, of each local model's sessions (one per open document)
+  --       together: the longest prompt plus completion, and all that is kept between requests; the
+  --       least recently used document's cache goes first. Memory: this many tokens times the
+  --       model's KV bytes per token (Qwen2.5-Coder-0.5B in bfloat16: 12 KB; CodeLlama-7B: 512 KB).
+  --       Allowed: integer 256-131072.
   --   kvReuse = true
   --       Keep the models' KV caches between requests, so a keystroke recomputes only the changed
   --       end of the prompt; off only to measure what reuse saves. Allowed: true or false.

@@ -151,3 +151,27 @@ def test_the_transformers_forward_passes_its_cache_under_the_models_own_name():
             got = session.advance(ids, n_logits=3)
         assert torch.allclose(got, _fresh(model, ids, 3), atol=1e-4)
     assert TransformersForward(older, torch.device("cpu")).cache_arg == "past_key_values"
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-forward", "transformers-forward"])
+def test_the_budget_is_one_total_for_all_of_a_pools_sessions(lean):
+    """Three documents of 300 tokens in a pool of 700: each request keeps its document's cache
+    and drops the least recently used others' until all fit; a dropped document is computed
+    again when it comes back, to the same logits."""
+    model = tiny_model("llama", VOCAB)
+    pool = KVPool(model, max_sessions=3, max_tokens=700, lean=lean)
+    g = torch.Generator().manual_seed(1)
+    docs = [torch.randint(0, VOCAB, (300,), generator=g).tolist() for _ in range(3)]
+    with torch.no_grad():
+        for order in ([0, 1, 2], [0, 1], [2]):
+            for i in order:
+                session = pool.session_for(docs[i])
+                got = session.advance(docs[i], n_logits=2)
+                torch.testing.assert_close(got, _fresh(model, docs[i], 2), atol=1e-4, rtol=1e-4)
+                assert pool.held_tokens() <= 700
+    held = {tuple(s.ids[:5]) for s in pool.sessions if s.ids}
+    assert len(pool.sessions) == 3 and tuple(docs[2][:5]) in held and len(held) < 3
+    # one session alone may use the whole budget
+    long_doc = [i % VOCAB for i in range(650)]
+    assert pool.session_for(long_doc).advance(long_doc).shape[0] == 1
+    assert pool.held_tokens() <= 700

@@ -29,7 +29,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 DRAFT_CONFIGS: dict[str, dict] = {
     "no-draft": {"draftModel": "none"},
     "ngram": {"draftModel": "ngram"},                                        # prompt lookup only
-    "draft-heuristic": {"draftControl": "heuristic", "promptLookup": False},   # the draft model, old +2/-1 rule
+    "draft": {"promptLookup": False},            # the draft model alone
     "default": {},
 }
 

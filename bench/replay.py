@@ -19,7 +19,7 @@ server, every keystroke and request going to each in turn, so machine load hits 
   no-draft     draftModel none (plain decoding in the engine, still KV reuse + cache)
   no-kv-reuse  kvReuse false (every request prefills its whole prompt; cache still on)
   ngram        draftModel ngram (prompt lookup only)
-  draft-heuristic  the draft model alone with the old +2/-1 draft length rule
+  draft        the draft model alone (no prompt lookup)
   hf-assisted  transformers generate(assistant_model=draft), re-run for every request
   hf-plain     transformers generate(), re-run for every request
 Writes results.md (table, goals, where the time goes), results.json (every request) and
@@ -51,7 +51,7 @@ SERVER_CONFIGS = {
     "no-draft": DRAFT_CONFIGS["no-draft"],
     "no-kv-reuse": {"kvReuse": False},
     "ngram": DRAFT_CONFIGS["ngram"],
-    "draft-heuristic": DRAFT_CONFIGS["draft-heuristic"],
+    "draft": DRAFT_CONFIGS["draft"],
 }
 HF_CONFIGS = ("hf-assisted", "hf-plain")
 ALL_CONFIGS = (*SERVER_CONFIGS, *HF_CONFIGS)
@@ -183,9 +183,8 @@ class _Captured(Exception):
         self.stop_check = stop_check
 
     def decided(self, text: str) -> bool:
-        """The pipeline's own stops: its stop strings, or its answer being decided."""
-        return (any(s in text for s in self.settings.stop_strings)
-                or (self.stop_check is not None and self.stop_check(text) is not None))
+        """The pipeline's own stop: its answer being decided."""
+        return self.stop_check is not None and self.stop_check(text) is not None
 
 
 class PromptCapture:
@@ -261,7 +260,7 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
         gen = captured.settings
         kw = dict(max_new_tokens=gen.max_new_tokens, do_sample=False, pad_token_id=pad,
                   eos_token_id=list(captured.stop_ids) or None)
-        if gen.stop_strings or captured.stop_check is not None:
+        if captured.stop_check is not None:
             # The pipeline's stops as a criterion (generate(stop_strings=...) fails with
             # assistant_model: the assistant gets the strings but no tokenizer).
             kw.update(stopping_criteria=StoppingCriteriaList([StopOnText(tt, len(captured.target_ids),

@@ -16,7 +16,7 @@ LABELS = {
     "hf-assisted": "4. transformers generate(assistant_model)",
     "hf-plain": "5. transformers generate()",
     "ngram": "6. specfill, prompt lookup only",
-    "draft-heuristic": "7. specfill, draft model with the old +2/-1 rule",
+    "draft": "7. specfill, draft model alone",
 }
 PARTS = (("server_ms", "server + transport"), ("pipeline_ms", "prompt + post-processing"),
          ("prefill_ms", "prefill"), ("draft_ms", "drafting"), ("verify_ms", "verification"),

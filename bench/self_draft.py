@@ -143,7 +143,7 @@ def target_ids(template, prefix: str, suffix: str | None) -> list[int]:
 
 
 def measure(target_engine, pair_engine, perm: list[int], cases, draft_length, max_new_tokens: int = 40,
-            reference: dict | None = None, control: str = "cost") -> dict[str, EndingFigures]:
+            reference: dict | None = None) -> dict[str, EndingFigures]:
     """Figures per ending for `pair_engine` (target + permuted self-draft); `reference` caches
     the target-alone outputs across calls."""
     from completion.templates import load_template
@@ -162,7 +162,7 @@ def measure(target_engine, pair_engine, perm: list[int], cases, draft_length, ma
                 reference[key] = target_engine.generate(ids, settings=GenerationSettings(
                     max_new_tokens=max_new_tokens, draft_length=0), stop_ids=stops).token_ids
             out = pair_engine.generate(ids, [perm[i] for i in ids], settings=GenerationSettings(
-                max_new_tokens=max_new_tokens, draft_length=draft_length, draft_control=control), stop_ids=stops)
+                max_new_tokens=max_new_tokens, draft_length=draft_length), stop_ids=stops)
             s = out.stats
             fig.prompts += 1
             fig.drafted += s.drafted
@@ -205,19 +205,16 @@ def main(argv: list[str] | None = None) -> int:
         reference: dict = {}
         fixed = measure(alone, pair, perm, cases, 4, args.max_new_tokens, reference)
         auto = measure(alone, pair, perm, cases, "auto", args.max_new_tokens, reference)
-        rule = measure(alone, pair, perm, cases, "auto", args.max_new_tokens, reference, control="heuristic")
     print(f"self-draft ({args.target} target, ids permuted), {args.per_ending} prompts per ending, "
           f"{args.max_new_tokens} new tokens")
-    print("auto: the cost-aware controller (it drafts little: this draft costs as much as the target); "
-          "auto +2/-1: draftControl heuristic, which always drafts")
+    print("auto: the cost-aware controller (it drafts little: this draft costs as much as the target)")
     print("| prompt ends | k=4: acceptance | k=4: tokens per round (ideal 5) | auto: acceptance "
-          "| auto: tokens per round | auto +2/-1: acceptance | auto +2/-1: tokens per round | same as target |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| auto: tokens per round | same as target |")
+    print("|---|---|---|---|---|---|")
     for e in cases:
-        f, a, r = fixed[e], auto[e], rule[e]
+        f, a = fixed[e], auto[e]
         print(f"| {e} | {f.acceptance:.2f} | {f.tokens_per_round:.2f} | {a.acceptance:.2f} | "
-              f"{a.tokens_per_round:.2f} | {r.acceptance:.2f} | {r.tokens_per_round:.2f} | "
-              f"{f.same + a.same + r.same}/{f.prompts + a.prompts + r.prompts} |")
+              f"{a.tokens_per_round:.2f} | {f.same + a.same}/{f.prompts + a.prompts} |")
     return 0
 
 

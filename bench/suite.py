@@ -19,8 +19,8 @@ Workloads:
                new code with nothing after it, so `multiline: auto` answers several lines at fresh
                indented lines and ends of lines; also shown for the requests whose answer (without
                a draft) is multi-line
-Configurations: no-draft (the reference, always run), ngram (prompt lookup only), draft-heuristic
-(the draft model with the old +2/-1 rule), default (as shipped: draft model + lookup under the
+Configurations: no-draft (the reference, always run), ngram (prompt lookup only), draft
+(the draft model alone), default (as shipped: draft model + lookup under the
 cost-aware controller; prompt lookup includes the datastore of the target's own answers shipped
 with the default pair); on request also ngram-prompt-only (lookup in the prompt and recent
 completions only, not the documents or the datastore) and no-datastore (default without the
@@ -79,7 +79,7 @@ LOOP_CHARS = 24     # a text answer loops where a run of this many characters (a
                     # shipped target's tokens) comes 3 times
 BASELINE = "no-draft"
 LABELS = {"no-draft": "no draft", "ngram": "prompt lookup only (`ngram`, with the datastore)",
-          "draft-heuristic": "draft model, old +2/-1 rule", "default": "**default** (draft + lookup, cost-aware)"}
+          "draft": "draft model alone", "default": "**default** (draft + lookup, cost-aware)"}
 # Run only when asked for (--configs): lookup without the documents, to see what they bring.
 EXTRA_CONFIGS = {"ngram-prompt-only": end_of_line.CONFIGS["ngram-prompt-only"],
                  "no-datastore": {"datastore": "none"}}
@@ -142,7 +142,7 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
         target_ids, draft_ids = prompt_ids(engine, prompt)
         p = parsed[name]
         return engine.generate(target_ids, draft_ids, GenerationSettings(
-            max_new_tokens=tokens, draft_length=p.draftLength, draft_control=p.draftControl))
+            max_new_tokens=tokens, draft_length=p.draftLength))
 
     names = list(engines)
     for name in names:            # first-call costs are not what a request waits for

@@ -16,7 +16,7 @@ BACKENDS = ("auto", "llamacpp", "openai")     # engine.remote.BACKENDS, without 
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
 REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 # Options that choose local models or their decoding: nothing to do on a remote target.
-LOCAL_ONLY = ("draft", "draft_length", "draft_control", "no_lookup", "datastore", "device", "dtype",
+LOCAL_ONLY = ("draft", "draft_length", "no_lookup", "datastore", "device", "dtype",
               "threads", "trust_remote_code")
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def _device(value: str) -> str:
 
 
 def generate_main(argv: list[str]) -> int:
-    from engine.settings import DEVICES, DRAFT_CONTROLS, DTYPES   # the limits and lists live with the engine's settings
+    from engine.settings import DEVICES, DTYPES   # the limits and lists live with the engine's settings
 
     p = OneLineParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
@@ -61,8 +61,6 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--prompt-file", required=True, help="text file with the prompt ('-' for stdin)")
     p.add_argument("--max-new-tokens", type=number(int, 1), default=64)
     p.add_argument("--draft-length", type=draft_length, default="auto", help="'auto' or a number of tokens")
-    p.add_argument("--draft-control", default="cost", choices=DRAFT_CONTROLS,
-                   help="how --draft-length auto decides: cost (measured tokens/ms) or heuristic (+2/-1)")
     p.add_argument("--no-lookup", action="store_true", help="no prompt lookup beside the draft model")
     p.add_argument("--datastore", type=datastore, default="auto", metavar="auto|none|PATH",
                    help="the target's own answers that prompt lookup drafts from too: auto (the target "
@@ -117,7 +115,7 @@ def generate_main(argv: list[str]) -> int:
                                                                          engine.draft.vocab.encode_text))
     settings = GenerationSettings(max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
                                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                  seed=args.seed, draft_control=args.draft_control)
+                                  seed=args.seed)
     try:
         result = engine.generate(target_ids, draft_ids, settings)
     except ValueError as e:

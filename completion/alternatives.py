@@ -34,8 +34,7 @@ def sample_once(pipeline: Pipeline, req: CompletionRequest, options: CompletionO
     cur = parse_document(req.text, req.line, req.character)
     prompts = pipeline.build_prompts(req.uri, cur, options)
     gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
-                             temperature=options.temperature, time_budget_ms=options.time_budget_ms,
-                             draft_control=options.draft_control)
+                             temperature=options.temperature, time_budget_ms=options.time_budget_ms)
     result = pipeline.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
                                       gen, stop_ids=prompts.target.stop_ids, cancel=cancel,
                                       lookup_texts=pipeline.lookup_texts(req.uri, cur, options))

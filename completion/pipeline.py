@@ -16,12 +16,12 @@ import cachetools
 
 from completion.cache import CompletionCache
 from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, to_lf, uri_to_path
-from completion.postprocess import AnswerCut, Cleaned, clean_completion, is_single_line, with_eol
+from completion.postprocess import AnswerCut, Cleaned, clean_completion, with_eol
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, LAYOUTS, FimTemplate, load_template
 from engine.kv import common_prefix_len
 from engine.remote import InfillPrompt, RemoteEngine, RemoteError, TextPrompt
-from engine.settings import DRAFT_CONTROLS, GenerationResult, GenerationSettings, TextStop
+from engine.settings import GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
     from engine.engine import Engine
@@ -56,12 +56,10 @@ class CompletionOptions:
     # Tokens of the draft model's prompt (its own tokens), nearest the cursor within the target's
     # window; auto = what the draft's config recommends (DRAFT_PROMPT_KEY), else the whole window.
     draft_prompt_tokens: int | str = "auto"
-    draft_control: str = "cost"       # how auto decides: cost (engine/control.py) or heuristic
     time_budget_ms: float | None = None  # return what is ready after this long
     tab_size: int = 4                 # for comparing tab and space indentation
-    # Stop decoding the moment post-processing would cut. False is the old way, kept to measure
-    # what this saves: multi-line answers decode to max_new_tokens (or the model's end) and are
-    # cut afterwards, single-line ones stop at the newline. The text shown is the same.
+    # Stop decoding the moment post-processing would cut. False decodes to max_new_tokens (or
+    # the model's end) and cuts afterwards, to measure what this saves; the text shown is the same.
     stop_while_decoding: bool = True
     # Prompt lookup also reads the whole document and the other open documents, not only the
     # prompt and recent completions (False: only those, to measure what the rest brings).
@@ -93,8 +91,6 @@ class CompletionOptions:
                                                    or isinstance(self.draft_prompt_tokens, bool)
                                                    or self.draft_prompt_tokens < MIN_DRAFT_PROMPT_TOKENS):
             bad("draft_prompt_tokens", f"expected auto or an integer >= {MIN_DRAFT_PROMPT_TOKENS}")
-        if self.draft_control not in DRAFT_CONTROLS:
-            bad("draft_control", f"expected one of {', '.join(DRAFT_CONTROLS)}")
         for name in ("stop_while_decoding", "lookup_documents"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "expected true or false")
@@ -259,7 +255,7 @@ class CompletionPipeline:
                 read.append(LookupText(parse_document(text, 0, 0).lines))
             except ValueError:
                 continue
-        settings = GenerationSettings(draft_length=options.draft_length, draft_control=options.draft_control)
+        settings = GenerationSettings(draft_length=options.draft_length)
         return self.engine.warm_lookup(read, settings, stop) if read else 0
 
     def forget_document(self, uri: str) -> None:
@@ -308,11 +304,8 @@ class CompletionPipeline:
         if cancel is not None and cancel.is_set():
             return None
 
-        late_newline = not options.stop_while_decoding and is_single_line(cur, options.multiline)
         gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
-                                 temperature=options.temperature, time_budget_ms=options.time_budget_ms,
-                                 draft_control=options.draft_control,
-                                 stop_strings=("\n",) if late_newline else ())
+                                 temperature=options.temperature, time_budget_ms=options.time_budget_ms)
         stop_check = self._stop_check(cur, options) if options.stop_while_decoding else None
         if isinstance(self.engine, RemoteEngine):
             run = self._remote_generate(req.uri, cur, options, gen, cancel, stop_check)

@@ -7,7 +7,7 @@ When prompt lookup and the draft model both draft, their two chains form a tree 
 lookup's two proposals (the text's copy and the datastore's) where they part (a "pair").
 Which drafter (prompt lookup, the draft model, a tree of two chains, or none) and how many tokens is
 decided each round by `plan_round`: the cost-aware controller (engine/control.py) under `draft_length:
-auto`, the old +2/-1 heuristic when asked for, or a fixed number.
+auto`, or a fixed number.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round
 computes exactly len(candidates) + 1 positions. The prefill computes the whole prompt when it
 has a pass to make anyway, and its last logits give the first token before any drafting.
@@ -33,37 +33,20 @@ from .vocab import decode_bytes
 
 
 @dataclass
-class DraftLength:
-    """The old adaptive draft length: +2 after a fully accepted round, -1 after a rejection.
-    Kept (draft_control="heuristic") to compare the controller against."""
-    k: int = 4
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if drafted == 0:
-            return
-        if accepted == drafted:
-            self.k = min(MAX_DRAFT_LENGTH, self.k + 2)
-        else:
-            self.k = max(1, self.k - 1)
-
-
-@dataclass
 class Drafters:
     """The ways of drafting an engine has; either may be None."""
     lookup: NgramDrafter | None = None
     model: Drafter | None = None      # ModelDrafter (same vocabulary) or TextDrafter (another tokenizer)
 
     def lookup_drafts(self, settings: GenerationSettings) -> bool:
-        """Whether prompt lookup drafts under `settings`: the old +2/-1 rule drafts with the model
-        alone when there is one."""
-        return self.lookup is not None and not (settings.heuristic and self.model is not None)
+        """Whether prompt lookup drafts under `settings`."""
+        return self.lookup is not None
 
 
 @dataclass
 class DraftMemory:
     """What the Engine keeps between requests about drafting: the next request starts from it."""
     controller: DraftController = field(default_factory=DraftController)
-    heuristic: DraftLength = field(default_factory=DraftLength)
 
 
 def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSettings, lookup: LookupOffer,
@@ -76,21 +59,7 @@ def plan_round(drafters: Drafters, memory: DraftMemory, settings: GenerationSett
         if lookup.tokens and (lookup.tokens >= k or drafters.model is None):
             return Plan("lookup", min(k, lookup.tokens), 0.0)
         return Plan("model", k, 0.0) if drafters.model is not None else Plan("none", 0, 0.0)
-    if settings.heuristic:  # one drafter, the old rule
-        k = min(memory.heuristic.k, max_k)
-        if drafters.model is not None:
-            return Plan("model", k, 0.0)
-        return Plan("lookup", min(k, lookup.tokens), 0.0) if lookup.tokens else Plan("none", 0, 0.0)
     return memory.controller.plan(lookup, drafters.model is not None, max_k, model_ready, tree_ok, model_behind)
-
-
-def _find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int:
-    cut = -1
-    for s in stops:
-        i = text.find(s, max(0, search_from - len(s)))
-        if i >= 0 and (cut < 0 or i < cut):
-            cut = i
-    return cut
 
 
 def _trim_past_stop(cand: list[int], gen_bytes: bytes, vocab, stop_check: StopCheck) -> list[int]:
@@ -147,7 +116,7 @@ def _verify(prop: Proposal, logits: torch.Tensor, session: KVSession, settings: 
 
 def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: GenerationStats,
             memory: DraftMemory, settings: GenerationSettings) -> None:
-    """The round in the call's stats, and what it taught the controller or the heuristic."""
+    """The round in the call's stats, and what it taught the controller."""
     plan, n = prop.plan, len(accepted)
     stats.count_round(plan.drafter, prop.width - 1, n, prop.draft_ms + (prop.begin_ms or 0.0), verify_ms)
     stats.tree_passes += prop.tree is not None
@@ -171,9 +140,7 @@ def _record(prop: Proposal, accepted: list[int], verify_ms: float, stats: Genera
         stats.count_positions(plan.drafter, plan.k, n)
     if settings.draft_length != "auto":
         return
-    if settings.heuristic:
-        memory.heuristic.update(len(prop.cand), n)
-    elif plan.drafter == "pair":
+    if plan.drafter == "pair":
         memory.controller.record_pair(plan, *chains, prop.width, verify_ms)
     elif plan.drafter == "tree":
         memory.controller.record_tree(plan, *chains, prop.width, prop.draft_ms, verify_ms, prop.begin_ms,
@@ -220,7 +187,6 @@ class Decoding:
     gen_bytes: bytes = b""
     model_begun: bool = False
     model_behind: int = 0    # tokens written since the draft model last ran (it catches up on them)
-    text_checked: int = 0
 
 
 @dataclass
@@ -353,8 +319,8 @@ def _draft(d: Decoding, memory: DraftMemory, settings: GenerationSettings, sampl
 
 def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: GenerationSettings,
             stop_check: StopCheck | None) -> str | None:
-    """Append the round's tokens; the stop reason if decoding ends here: an end token, a
-    decided answer, a stop string."""
+    """Append the round's tokens; the stop reason if decoding ends here: an end token or a
+    decided answer."""
     for i, t in enumerate(new):
         if t in stops:
             d.seq.extend(new[:i])
@@ -368,13 +334,6 @@ def _accept(d: Decoding, new: list[int], stops: frozenset, vocab, settings: Gene
         stop = stop_check(decode_bytes(d.gen_bytes))
         if stop is not None:
             return stop.reason
-    if settings.stop_strings:
-        text = decode_bytes(d.gen_bytes)
-        cut = _find_stop(text, settings.stop_strings, d.text_checked)
-        d.text_checked = len(text)
-        if cut >= 0:
-            d.gen_bytes = text[:cut].encode("utf-8")
-            return "stop_string"
     return None
 
 
@@ -413,7 +372,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     deadline = t0 + settings.time_budget_ms / 1000 if settings.time_budget_ms else None
     stops = frozenset(stop_ids) | target.vocab.special_ids
     gen = torch.Generator().manual_seed(settings.seed) if settings.seed is not None else None
-    auto, heuristic = settings.draft_length == "auto", settings.heuristic
+    auto = settings.draft_length == "auto"
     max_new = settings.max_new_tokens
     if target.max_positions:
         if target.max_positions - len(prompt) <= 0:
@@ -472,7 +431,6 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
     if model0 is not None:
         stats.draft_forward_ms = model0.forward_ms() - d_fwd0
         stats.draft_calls = model0.draft_calls - d_calls0
-    stats.final_draft_length = memory.heuristic.k if heuristic else (0 if auto else int(settings.draft_length))
     if settings.cost_aware:
         stats.controller = memory.controller.summary()
     stats.latency_ms = (time.perf_counter() - t0) * 1000

@@ -10,7 +10,6 @@ MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength`
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-DRAFT_CONTROLS = ("cost", "heuristic")   # how `draft_length: auto` decides (engine/control.py)
 
 
 @dataclass
@@ -44,22 +43,13 @@ class GenerationSettings:
     top_k: int = 0                     # 0 = off
     top_p: float = 1.0                 # 1 = off
     seed: int | None = None
-    stop_strings: tuple[str, ...] = ()
     time_budget_ms: float | None = None  # return what is accepted once this is spent
     draft_confidence: float = 0.4      # auto mode: stop a draft when its own top prob drops below
-    draft_control: str = "cost"        # auto mode: "cost" (drafter and k that maximise tokens/ms,
-                                       # engine/control.py) or "heuristic" (the old +2/-1 rule)
-
-    @property
-    def heuristic(self) -> bool:
-        """Whether the old +2/-1 rule sets each round's draft length (draft length auto)."""
-        return self.draft_length == "auto" and self.draft_control == "heuristic"
 
     @property
     def cost_aware(self) -> bool:
-        """Whether the cost-aware controller decides each round: draft length auto, and not the
-        old +2/-1 rule (plan_round's choice, engine/generate.py)."""
-        return self.draft_length == "auto" and not self.heuristic
+        """Whether the cost-aware controller decides each round (draft length auto)."""
+        return self.draft_length == "auto"
 
 
 @dataclass
@@ -82,7 +72,6 @@ class GenerationStats:
     latency_ms: float = 0.0
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
-    final_draft_length: int = 0    # the heuristic's k after the call (0 under the controller)
     rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0, "pair": 0})
     controller: dict = field(default_factory=dict)   # the controller's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
@@ -141,7 +130,7 @@ class GenerationStats:
 class GenerationResult:
     text: str
     token_ids: list[int]
-    stop_reason: str            # eos | stop_string | max_tokens | time_budget | cancelled | context_full,
+    stop_reason: str            # eos | max_tokens | time_budget | cancelled | context_full,
                                 # or the reason a StopCheck gave
     stats: GenerationStats = field(default_factory=GenerationStats)
 

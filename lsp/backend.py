@@ -113,7 +113,7 @@ def completion_options(settings: Settings) -> CompletionOptions:
         max_new_tokens=settings.maxNewTokens, temperature=settings.temperature,
         draft_length=settings.draftLength, draft_prompt_tokens=settings.draftPromptTokens,
         time_budget_ms=settings.timeBudgetMs or None,
-        stop_while_decoding=settings.stopWhileDecoding, draft_control=settings.draftControl,
+        stop_while_decoding=settings.stopWhileDecoding,
         lookup_documents=settings.lookupDocuments)
 
 

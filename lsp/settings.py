@@ -25,7 +25,7 @@ from completion.alternatives import MAX_CANDIDATES
 from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
 from engine.remote import BACKENDS
-from engine.settings import DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
+from engine.settings import DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH
 from lsp.arguments import keyword_or_path
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
@@ -79,11 +79,6 @@ class Settings:
         "millisecond, from acceptance and costs it measures as it goes.",
         f"`auto` or an integer 1-{MAX_DRAFT_LENGTH}", min=1, max=MAX_DRAFT_LENGTH,
         keywords=("auto",))
-    draftControl: str = _setting(
-        "cost", "How `draftLength: auto` decides: `cost` (the measured tokens-per-millisecond "
-        "choice above) or `heuristic` (the draft model alone, +2 tokens after a fully accepted "
-        "round, -1 after a rejection; kept to compare against).", _quoted(DRAFT_CONTROLS),
-        choices=DRAFT_CONTROLS)
     promptLookup: bool = _setting(
         True, "Draft from the text itself too (the prompt, recent completions, the whole document "
         "and the other open documents) beside a draft model; the controller uses whichever pays.",

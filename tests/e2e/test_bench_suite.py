@@ -57,7 +57,7 @@ def check_row(workload: str, config: str, cells: list[str]) -> int:
     elif acceptance != "-":
         assert 0 <= float(acceptance) <= 1
     if acceptance != "-":
-        # every drafting configuration, the old heuristic included, has its acceptance
+        # every drafting configuration has its acceptance
         # counted per draft position (the engine's by_position), so none is flat
         assert not predicted.endswith("*"), (workload, config)
     return n

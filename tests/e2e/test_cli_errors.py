@@ -86,7 +86,7 @@ def source(tmp_path_factory):
     (["bench", "--set", "maxNewTokens=lots"], ["--set", "specfill.maxNewTokens", "'lots'"]),
     (["bench", "--suite", "--bogus"], ["specfill bench --suite: unrecognized arguments: --bogus"]),
     (["bench", "--suite", "--workloads", "generate,typing"], ["unknown workload(s) typing", "end-of-line"]),
-    (["bench", "--suite", "--configs", "fastest"], ["unknown configuration(s) fastest", "draft-heuristic"]),
+    (["bench", "--suite", "--configs", "fastest"], ["unknown configuration(s) fastest", "draft"]),
     (["bench", "--suite", "--prompts", "0"], ["--prompts", "at least 1"]),
     (["bench", "--suite", "--threads", "x"], ["--threads", "expected an integer"]),
     (["bench", "--suite", "--files", "/no/such/folder"], ["--files", "cannot read /no/such/folder"]),

@@ -70,7 +70,7 @@ def test_costs_and_prediction_for_a_mix_of_rounds():
 def test_no_controller_means_the_measured_acceptance_at_every_position():
     no_draft = [call({"none": 4}, 0, 0, 4, latency=50, prefill=10, draft=0, verify=40)]
     heuristic = [call({"model": 4}, 8, 4, 8, latency=80, prefill=10, draft=8, verify=4 * 10 + 8 * 1.0)]
-    costs = measure_costs({"no-draft": no_draft, "draft-heuristic": heuristic}, "no-draft")
+    costs = measure_costs({"no-draft": no_draft, "draft": heuristic}, "no-draft")
     assert costs.step == {"model": 1.0}                      # its drafting time per drafted token
     rate, flat = predicted_rate(heuristic, costs)
     assert flat

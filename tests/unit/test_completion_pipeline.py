@@ -30,10 +30,10 @@ def positions():
     return [(6, len(lines[6])), (7, len("        data = ")), (3, len("def load(")), (4, 4), (8, 0)]
 
 
-@pytest.mark.parametrize("control", ["cost", "heuristic"])
-def test_speculative_pipeline_shows_what_the_target_alone_would(engines, control):
+@pytest.mark.parametrize("draft_length", ["auto", 3])
+def test_speculative_pipeline_shows_what_the_target_alone_would(engines, draft_length):
     spec, plain = CompletionPipeline(engines[0]), CompletionPipeline(engines[1])
-    opts = dataclasses.replace(OPTS, draft_control=control)
+    opts = dataclasses.replace(OPTS, draft_length=draft_length)
     for line, ch in positions():
         req = CompletionRequest(URI, DOC, line, ch)
         a, b = spec.complete(req, opts), plain.complete(req, opts)
@@ -43,8 +43,6 @@ def test_speculative_pipeline_shows_what_the_target_alone_would(engines, control
             assert a.stats["raw_text"] == b.stats["raw_text"]
             assert a.stats["template"] == "codellama" and a.stats["layout"] == "spm"
             assert a.stats["draft_template"] == "starcoder" and not a.from_cache
-            if control == "heuristic":     # the draft model drafts every round, from its own prompt
-                assert a.stats["draft_prompt_tokens"] > 0 and a.stats["rounds_by_drafter"]["model"] > 0
     summary = spec.stats_summary()
     assert summary["requests"] == len(positions()) and summary["drafted"] > 0
     assert set(summary["latency_ms"]) == {"p50", "p95", "p99"}

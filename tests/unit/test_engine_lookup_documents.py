@@ -3,7 +3,6 @@ texts tokenized by a real tokenizer and cached by their text, the longest match 
 proposals from far outside the prompt's window are drafted and verified by the shipped target."""
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from pathlib import Path
 
@@ -460,19 +459,13 @@ def test_lookup_texts_do_nothing_without_lookup(engines):
     lines = code_lines(50)
     text, stats = complete(engines["none"], "\n".join(lines), 49, 0)
     assert "lookup" not in stats
-    heuristic = dataclasses.replace(CompletionOptions(), draft_control="heuristic")
-    pipe = CompletionPipeline(engines["default"])
-    pipe.complete(CompletionRequest(URI, "\n".join(lines), 49, 0), heuristic)
-    assert pipe.last_stats["lookup"]["blocks"] == 0    # the old rule drafts with the model alone
 
 
 def test_documents_are_not_warmed_for_requests_that_do_not_read_them(engines):
-    """A draft model under the old +2/-1 rule drafts alone: its requests never read the documents,
-    so opening one tokenizes nothing for them; the cost-aware default does read them, unless its
-    requests skip them for now (reading them has not paid)."""
+    """Without prompt lookup nothing is tokenized; the cost-aware default reads the documents,
+    unless its requests skip them for now (reading them has not paid)."""
     from engine.settings import GenerationSettings
     text = [LookupText(code_lines(200, "warmed"))]
-    assert engines["default"].warm_lookup(text, GenerationSettings(draft_control="heuristic")) == 0
     assert engines["none"].warm_lookup(text, GenerationSettings()) == 0        # no lookup at all
     fresh = fresh_lookup()
     assert fresh.warm_lookup(text, GenerationSettings()) > 1000

@@ -96,7 +96,7 @@ def test_greedy_identity_across_real_tokenizers(target, draft, k):
     assert pair.drafters.model.kind == "text"
     t_tpl = load_template(alone.target.tokenizer)
     d_tpl = load_template(pair.draft.tokenizer)
-    settings = GenerationSettings(max_new_tokens=24, draft_length=k, draft_control="heuristic")
+    settings = GenerationSettings(max_new_tokens=24, draft_length=k)
     drafted = 0
     for prefix, suffix in PROMPTS:
         ids = self_draft.target_ids(t_tpl, prefix, suffix)

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="also write what is printed to this file")
     args = p.parse_args(argv)
 
-    from engine.datastore import DatastoreError, resolve
+    from engine.drafters.datastore import DatastoreError, resolve
     from engine.models import ModelLoadError, resolve_name
     from training.datastore import compare
     from training.distill import EVAL_KINDS, eval_positions, use_threads

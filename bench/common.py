@@ -25,7 +25,7 @@ DEFAULT_FILES = Path(__file__).resolve().parent / "files"      # not in the defa
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 # The ways of drafting compared everywhere, as server settings over the base settings:
-# "default" is as shipped (draft model + prompt lookup under the cost-aware controller).
+# "default" is as shipped (draft model + prompt lookup under the cost-aware policy).
 DRAFT_CONFIGS: dict[str, dict] = {
     "no-draft": {"draftModel": "none"},
     "ngram": {"draftModel": "ngram"},                                        # prompt lookup only
@@ -99,15 +99,19 @@ async def start_server(name: str, settings: dict, env: dict, log_dir: Path, root
     return client
 
 
-async def start_servers(settings: dict[str, dict], env: dict, log_dir: Path) -> dict[str, LspClient]:
+async def start_servers(settings: dict[str, dict], env: dict, log_dir: Path,
+                        roots: dict[str, Path] | None = None) -> dict[str, LspClient]:
     """One server per configuration, each loaded before the next starts: a load measures its
-    matmul kernels (engine/matmul.py), and four loads side by side on 2 cores made those
-    measurements disagree (the servers of one suite run took different kernels for the same
-    model, 2026-12-05). On a failure the ones started are closed."""
+    matmul kernels (engine/matmul.py), and loads side by side on 2 cores made those measurements
+    disagree (the servers of one run took different kernels for the same model). `roots`: the
+    checkout a configuration's server runs from (another commit's, for a side-by-side run; by
+    default this one). On a failure the ones started are closed."""
     clients: dict[str, LspClient] = {}
     try:
         for name, s in settings.items():
-            clients[name] = await start_server(name, s, env, log_dir)
+            root = (roots or {}).get(name, ROOT)
+            own_env = env if root == ROOT else {**env, "PYTHONPATH": str(root)}
+            clients[name] = await start_server(name, s, own_env, log_dir, root=root)
             await wait_loaded(clients[name])
     except BaseException:
         await close_all(clients)

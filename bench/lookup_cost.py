@@ -3,16 +3,15 @@
     python -m bench.lookup_cost                       # against DEFAULT_BASELINE
     python -m bench.lookup_cost --baseline HEAD~1 --files 40 --reps 5
 
-Prompt lookup runs every round a request drafts: it searches the sequence and the recent
-completions (`NgramDrafter._near`), then, where that found no long match, the target's
-datastore (`Datastore.find`). This walks held-out pygls source token by token, as decoding
-grows a sequence (a 480-token window, a proposal of up to 16 tokens at each position), and
-times the whole `propose` and its two searches, each engine on its own drafter and its own
-copy of the shipped datastore (the datastore keeps what it voted, so each starts empty and the
-walk meets each position once). The two engines take turns file by file; figures are medians
-over reps of the mean per call. The proposals are compared across the engines: equal where
-both commits choose between the text's match and the store's alike (since the session of
-2026-12-01 evening the store's proposal is taken only where its match is the longer).
+The free drafters propose every round: prompt lookup searches the sequence and the recent
+answers (`LookupDrafter.near`), the datastore of the target's answers its store
+(`Datastore.find`). This walks held-out pygls source token by token, as decoding grows a
+sequence (a 480-token window, a proposal of up to 16 tokens at each position), and times both
+proposals ("propose") and the two searches, each engine on its own drafters and its own copy of
+the shipped datastore (the datastore keeps what it voted, so each starts empty and the walk
+meets each position once). The two engines take turns file by file; figures are medians over
+reps of the mean per call. The proposals are compared across the engines, the one that matched
+more ids before it taken (the text's among equals), as a fixed draft length takes it.
 
 A request's first search also reads the documents beyond the prompt (`BlockIndex.corpus`):
 "documents read" times that at keystrokes on one line of a long file (DOC_LINES lines of the
@@ -54,21 +53,44 @@ def walks(encode, n_files: int, seed: int) -> list[list[int]]:
     return [[1] + encode(f.read_text(encoding="utf-8")) for f in rng.sample(files, min(n_files, len(files)))]
 
 
+def lookup_modules(pkg):
+    """(its prompt lookup module, its datastore module, its documents module) for an engine
+    package with the drafters in engine/drafters/ or, in older commits, in the engine itself."""
+    try:
+        return tuple(importlib.import_module(f"{pkg.__name__}.drafters.{m}") for m in ("lookup", "datastore", "documents"))
+    except ModuleNotFoundError:
+        lookup = importlib.import_module(pkg.__name__ + ".lookup")
+        return lookup, importlib.import_module(pkg.__name__ + ".datastore"), lookup
+
+
+def drafters_of(pkg, special, store):
+    """(propose(seq, k): the free proposal taken, near(seq, k): the sequence search) of an engine."""
+    lookup, store_mod, _ = lookup_modules(pkg)
+    if hasattr(lookup, "NgramDrafter"):      # the datastore inside prompt lookup
+        d = lookup.NgramDrafter(special_ids=special, datastore=store)
+        return (lambda seq, k: d.propose(seq, b"", k, None)), (lambda seq, k: d._near(seq, k))
+    text, stored = lookup.LookupDrafter(special_ids=special), store_mod.DatastoreDrafter(store, special)
+
+    def propose(seq, k):
+        a, b = text.propose(seq, b"", k, None), stored.propose(seq, b"", k, None)
+        return b if b.tokens and b.match > a.match else a
+    return propose, text.near
+
+
 def time_walk(pkg, ids: list[int], special, path: Path, vocab) -> tuple[dict[str, float], list]:
     """Per-call ms of propose, the sequence search and the datastore search over one walk."""
-    lookup = importlib.import_module(pkg.__name__ + ".lookup")
-    store_mod = importlib.import_module(pkg.__name__ + ".datastore")
+    _, store_mod, _ = lookup_modules(pkg)
     store = store_mod.Datastore.load(path, vocab)
-    drafter = lookup.NgramDrafter(special_ids=special, datastore=store)
+    propose, near = drafters_of(pkg, special, store)
     start = max(WINDOW, len(ids) - STEPS - 1) if len(ids) > WINDOW + STEPS else min(len(ids) - 1, WINDOW)
     seq = ids[start - min(start, WINDOW):start]
     ms = {"propose": 0.0, "sequence search": 0.0, "datastore search": 0.0}
     out = []
     for t in ids[start:start + STEPS]:
         t0 = time.perf_counter()
-        found = drafter.propose(seq, b"", DRAFT, None)
+        found = propose(seq, DRAFT)
         t1 = time.perf_counter()
-        drafter._near(seq, DRAFT)
+        near(seq, DRAFT)
         t2 = time.perf_counter()
         ms["propose"] += t1 - t0
         ms["sequence search"] += t2 - t1
@@ -102,7 +124,7 @@ def time_documents(pkg, lines: list[str], encode, dummy_prefix: bool) -> float:
     line in the middle of `lines`, the prompt holding the WINDOW_LINES around it: each keystroke
     is a new copy of the lines, as a new text from the editor is. Requests before fill the index
     (its tokenizing is not what is timed here)."""
-    lookup = importlib.import_module(pkg.__name__ + ".lookup")
+    lookup = lookup_modules(pkg)[2]
     index = lookup.BlockIndex(encode, dummy_prefix=dummy_prefix)
     mid = len(lines) // 2
     window = (mid - WINDOW_LINES // 2, mid + WINDOW_LINES // 2)
@@ -129,7 +151,7 @@ def time_first_reads(pkg, docs: list[list[str]], vocab) -> dict[str, float | Non
     """Median ms of a document's first read at the end of its middle line: on a fresh index, and
     on a fresh index that `warm`ed the whole document first (None where the engine has no warm)."""
     import inspect
-    lookup = importlib.import_module(pkg.__name__ + ".lookup")
+    lookup = lookup_modules(pkg)[2]
     batched = "encode_many" in inspect.signature(lookup.BlockIndex).parameters
     extra = {"encode_many": vocab.encode_texts} if batched else {}
     cold, opened = [], []
@@ -163,7 +185,7 @@ def main(argv=None) -> int:
         if sha is None:
             return usage_error(PROG, f"--baseline: {args.baseline!r} names no git commit here")
     import engine as this_pkg
-    from engine.datastore import resolve
+    from engine.drafters.datastore import resolve
     from engine.models import load_model, resolve_name
     target = load_model("default", "target", device="cpu")
     path = resolve("auto", resolve_name("default", "target"))

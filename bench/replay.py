@@ -14,7 +14,7 @@ last lines (a whole function or two) typed back at its end, nothing after the cu
 
 Configurations (all on the same keystrokes; the server configurations run at once, each in its own
 server, every keystroke and request going to each in turn, so machine load hits them alike):
-  full         specfill as shipped: draft model + prompt lookup under the cost-aware controller,
+  full         specfill as shipped: draft model + prompt lookup under the cost-aware policy,
                KV reuse, completion cache
   no-draft     draftModel none (plain decoding in the engine, still KV reuse + cache)
   no-kv-reuse  kvReuse false (every request prefills its whole prompt; cache still on)

@@ -39,8 +39,8 @@ def server_record(config, file, keystroke, line, character, trigger, window_ms, 
     r.update(ran_model=bool(engine), from_cache=bool(job.get("from_cache")), job_ms=job.get("ms"))
     for k in ("new_tokens", "target_calls", "drafted", "accepted", "prefill_tokens", "reused_tokens",
               "prompt_tokens", "prefill_ms", "draft_ms", "verify_ms", "stop_reason", "shown_tokens",
-              "rounds", "rounds_by_drafter", "controller", "by_position", "first_from_prefill", "pair_shared",
-              "plan_ms"):
+              "rounds", "rounds_by_drafter", "policy", "controller", "by_position", "first_from_prefill",
+              "pair_shared", "plan_ms"):
         r[k] = engine.get(k)
     r["engine_ms"] = engine.get("latency_ms")
     r["raw_text"] = engine.get("raw_text")     # the model's output before post-processing

@@ -23,7 +23,7 @@ is a prefill, not a step: it is left out of the step and round figures and shown
 Every output is checked against the other engine's (greedy: they must be equal).
 
 `--cold-probe` adds a pass that shows why the Python around the math costs what it does: every
-round, right after its target forward, asks the controller for a fixed plan, then asks again at
+round, right after its target forward, asks the policy for a fixed plan, then asks again at
 once. The forward streams the target's weights through the caches, so the first asking finds
 its code and data evicted; the second finds them warm.
 """
@@ -49,8 +49,11 @@ from lsp.arguments import number
 PROG = "python -m bench.round_cost"
 # The engine before this round of overhead cuts (issue 10, item 3).
 DEFAULT_BASELINE = "2eb4f92"
-# Engine functions timed, by module: what each is, in the figures.
+# Engine functions timed, by the module that holds the round (engine/loop.py; in older commits
+# engine/generate.py): what each is, in the figures. The plan, the draft model's propose and its
+# prefill are timed on the engine's own policy and drafter (`instrument`).
 PHASES = {
+    "loop": {"propose": "draft", "score": "score", "verify": "verify", "observe": "record", "emit": "accept"},
     "generate": {"_draft": "draft", "_begin_model": "draft prefill", "plan_round": "plan", "_score": "score",
                  "_verify": "verify", "_record": "record", "_accept": "accept"},
 }
@@ -147,43 +150,62 @@ def instrument(pkg, engine) -> Timers:
     """Time the engine's phases and its models' math (patched on this engine's classes and
     modules only)."""
     timers = Timers()
-    gen = importlib.import_module(pkg.__name__ + ".generate")
+    name, rounds = round_module(pkg)
     lean = importlib.import_module(pkg.__name__ + ".lean")
-    for fn, label in PHASES["generate"].items():
-        timers.wrap(gen, fn, label)
+    for fn, label in PHASES[name].items():
+        timers.wrap(rounds, fn, label)
     timers.wrap_math(lean.LeanLlama, "__call__", "target math")
     timers.wrap_math(lean.LeanBigCode, "__call__", "draft math")
     model = engine.drafters.model
+    if name == "loop":          # this instance only
+        for fn in ("plan", "plan_fixed"):
+            timers.wrap(engine.policy, fn, "plan")
+        if model is not None:
+            timers.wrap(model, "begin", "draft prefill")
     if model is not None:
         timers.wrap(model, "propose", "propose")   # this instance only
     return timers
 
 
+def round_module(pkg):
+    """(its name, the module) of an engine package's round: loop, or generate in older commits."""
+    try:
+        return "loop", importlib.import_module(pkg.__name__ + ".loop")
+    except ModuleNotFoundError:
+        return "generate", importlib.import_module(pkg.__name__ + ".generate")
+
+
 def cold_probe(pkg, engine, run, n: int) -> tuple[float, float, int]:
     """What the target's forward leaves the Python after it: one pass more over the prompts (or
-    positions), in which every round, right after its target forward, asks the controller for a
+    positions), in which every round, right after its target forward, asks the policy for a
     fixed plan (pure: the engine's state is not touched) and at once asks again. Returns the
     median us of the first and of the second, and the rounds probed. The pass's own figures are
     not reported (the probes lengthen its rounds)."""
-    gen = importlib.import_module(pkg.__name__ + ".generate")
-    control = importlib.import_module(pkg.__name__ + ".control")
-    controller, offer = engine.memory.controller, control.LookupOffer(tokens=8, match=3, source="prompt")
+    name, gen = round_module(pkg)
+    if name == "loop":
+        drafters = importlib.import_module(pkg.__name__ + ".drafters")
+        offers = {"lookup": drafters.Draft(list(range(8)), match=3, source="prompt")}
+        plan, score_name = (lambda: engine.policy.plan(offers, True, True, 16, True)), "score"
+    else:
+        control = importlib.import_module(pkg.__name__ + ".control")
+        offer = control.LookupOffer(tokens=8, match=3, source="prompt")
+        plan, score_name = (lambda: engine.memory.controller.plan(offer, True, 16, True, True, 0)), "_score"
     after_forward, again = [], []
-    score = gen._score
+    score = getattr(gen, score_name)
 
     def probed(*args, **kwargs):
         out = score(*args, **kwargs)
         for times in (after_forward, again):
             t0 = time.perf_counter()
-            controller.plan(offer, True, 16, True, True, 0)
+            plan()
             times.append((time.perf_counter() - t0) * 1e6)
         return out
-    gen._score = probed
+    setattr(gen, score_name, probed)
     try:
         for i in range(n):
             run(i, "probe", defaultdict(float))
     finally:
-        gen._score = score
+        setattr(gen, score_name, score)
     return statistics.median(after_forward), statistics.median(again), len(again)
 
 
@@ -196,8 +218,9 @@ def count(result, totals: dict) -> list[int]:
     totals["new"] += s.new_tokens
     totals["drafted"] += s.drafted
     totals["calls"] += 1
-    if s.controller:
-        totals["step_ms"] = (s.controller.get("model") or {}).get("step_ms")
+    estimates = getattr(s, "policy", None) or getattr(s, "controller", None)
+    if estimates:
+        totals["step_ms"] = (estimates.get("model") or {}).get("step_ms")
     return result.token_ids
 
 
@@ -249,7 +272,7 @@ def report(name: str, t: Timers, totals: dict) -> dict:
     phases = {p: (t.ms[p] - t.math[p]) / rounds for p in ROUND_PHASES}
     phases["draft"] -= (prefill_draft - t.math["draft prefill"]) / rounds
     phases["loop"] = (decode - round_ms) / rounds
-    # inside "draft": the controller's plan and the draft model's propose, outside its math
+    # inside "draft": the policy's plan and the draft model's propose, outside its math
     phases["plan"] = t.ms["plan"] / rounds
     phases["propose"] = (t.ms["propose"] - t.math["propose"]) / rounds
     return {"name": name, "rounds": rounds, "decode_ms_per_round": decode / rounds,
@@ -267,7 +290,7 @@ def print_table(rows: list[dict]) -> None:
               f"{r['decode_ms_per_round']:>8.3f} {r['math_ms_per_round']:>7.3f} {r['outside_ms_per_round']:>7.3f} "
               f"{r['outside_share']:>6.1%} | " + " " * 32 + " ".join(f"{r['phases'][p]:>7.3f}" for p in COLUMNS))
     print(f"\n{'engine':<20} {'proposes':>8} {'ms/propose':>10} {'math':>7} {'outside':>8} {'forwards':>8} "
-          f"{'math/forward':>12} {'outside/forward':>15} {'controller step_ms':>18}")
+          f"{'math/forward':>12} {'outside/forward':>15} {'policy step_ms':>18}")
     for r in rows:
         p = r["propose"]
         if not p:
@@ -347,7 +370,7 @@ def main(argv=None) -> int:
             if args.cold_probe:
                 (label, run, _, engine), pkg = engines[0], pkgs[0][1]
                 cold, warm, probed = cold_probe(pkg, engine, run, n)
-                print(f"\ncold caches ({label}): the controller's plan for a fixed offer took {cold:.1f} us right "
+                print(f"\ncold caches ({label}): the policy's plan for a fixed offer took {cold:.1f} us right "
                       f"after a round's target forward and {warm:.1f} us asked again at once ({cold / warm:.1f}x; "
                       f"medians over {probed} rounds of one more pass)")
             if len(rows) == 2:

@@ -7,16 +7,18 @@ before it were, yields E = 1 + p_1 + p_1 p_2 + ... + p_1...p_k new tokens (with 
 (1 - a^(k+1)) / (1 - a)), and costs k draft steps + verify(k + 1) + the engine's own overhead per
 round. Without a draft a token costs verify(1) + that overhead. For a configuration:
 
-- rounds: as it ran them, by drafter (none / lookup / model / tree / pair); k = its mean drafted tokens
-  per drafting round;
-- p_i: the controller's per-position acceptance estimates of that drafter (averaged over calls,
-  weighted by the drafter's rounds), or, where the configuration has no controller (the old
-  heuristic), its measured acceptance (accepted / drafted) at every position;
+- rounds: as it ran them, by the drafters of their chains ("none", a drafter, or two joined by "+"
+  for a tree of both; an engine before engine/drafters/ named kinds: tree, pair); k = its mean
+  drafted tokens per drafting round;
+- p_i: each drafter's acceptance counted by position in these calls (`by_position`), else the
+  policy's estimates (averaged over calls, weighted by the drafter's rounds), else its measured
+  acceptance (accepted / drafted) at every position;
 - verify(w) = verify(1) + (w - 1) x slope: verify(1) measured in the no-draft configuration
   (every round there verifies one token), the slope from the drafting configurations' verify
   time beyond that, per drafted token;
-- draft step: the controller's estimate of each drafter's cost per drafted token (median over
-  calls); a drafter with no estimate: its configuration's drafting time per drafted token;
+- draft step: the policy's estimate of each drafter's cost per drafted token (median over calls:
+  a draft model's step after its round's first pass, which is added apart; free drafters' 0); a
+  drafter with no estimate: its configuration's drafting time per drafted token;
 - overhead: the configuration's own engine time per round outside drafting and verifying.
 
 Predicted rate = sum of E over its rounds / sum of their costs; achieved rate = new tokens / the
@@ -29,9 +31,29 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-CHAINS = ("lookup", "model", "lookup_other")   # chains the controller keeps per-position estimates for
-# the chains a round of each kind verifies (a pair: lookup's two proposals)
-USES = {"lookup": ("lookup",), "model": ("model",), "tree": ("lookup", "model"), "pair": ("lookup", "lookup_other")}
+CHAINS = ("lookup", "datastore", "model", "lookup_other")   # drafters whose chains are priced
+FREE = ("lookup", "datastore")                              # drafters without a model: no step to pay
+# the chains a round of an older engine's kinds verified (a pair: lookup's two proposals)
+LEGACY_USES = {"tree": ("lookup", "model"), "pair": ("lookup", "lookup_other")}
+
+
+def uses(kind: str) -> tuple[str, ...]:
+    """The drafters whose chains a round of `kind` verifies."""
+    return LEGACY_USES.get(kind) or tuple(kind.split("+"))
+
+
+def estimates(s: dict, drafter: str) -> dict:
+    """What a call's policy (an older engine's controller) estimated of `drafter`:
+    acceptance_by_position, step_ms, begin_ms, first_ms where known."""
+    if s.get("controller"):
+        return s["controller"].get(drafter) or {}
+    policy = s.get("policy") or {}
+    out = {"acceptance_by_position": (policy.get("acceptance") or {}).get(drafter)}
+    if drafter == "model":
+        out.update(policy.get("model") or {})
+    elif drafter in FREE and policy:
+        out["step_ms"] = 0.0
+    return out
 
 
 @dataclass
@@ -45,7 +67,7 @@ class Totals:
     new_tokens: int = 0        # made by the rounds (a first token from the prefill pass is not)
     decode_ms: float = 0.0     # latency - the target's prefill
     draft_ms: float = 0.0
-    draft_first_ms: float = 0.0   # the draft model's first pass of its rounds (in draft_ms)
+    draft_first_ms: float = 0.0   # an older engine's: the draft model's first pass of its rounds (in draft_ms)
     verify_ms: float = 0.0
     pair_shared: int = 0       # pair rounds: tokens their two chains shared before the branch
 
@@ -138,16 +160,16 @@ def tree_tokens(lookup: list[float], model: list[float], k_lookup: float, k_mode
 def _ran(s: dict, drafter: str) -> int:
     """Rounds of one call that used `drafter` (a tree round uses both chains)."""
     by = s.get("rounds_by_drafter") or {}
-    return sum(n for kind, n in by.items() if drafter in USES.get(kind, ()))
+    return sum(n for kind, n in by.items() if drafter in uses(kind))
 
 
 def controller_acceptance(calls: list[dict], drafter: str) -> list[float] | None:
-    """The controller's per-position acceptance of `drafter`, averaged over the calls that ran
+    """The policy's per-position acceptance of `drafter`, averaged over the calls that ran
     it (weighted by its rounds there); None when no call reports one."""
     sums: list[float] = []
     weight = 0.0
     for s in calls:
-        p = ((s.get("controller") or {}).get(drafter) or {}).get("acceptance_by_position")
+        p = estimates(s, drafter).get("acceptance_by_position")
         n = _ran(s, drafter)
         if not p or n <= 0:
             continue
@@ -179,10 +201,9 @@ def measured_acceptance(calls: list[dict], drafter: str) -> list[float] | None:
 
 
 def controller_median(calls: list[dict], drafter: str, key: str) -> float | None:
-    """The median of one of the controller's estimates of `drafter` (e.g. its step_ms) over the
+    """The median of one of the policy's estimates of `drafter` (e.g. its step_ms) over the
     calls that ran that drafter and report the estimate."""
-    values = [v for s in calls if _ran(s, drafter)
-              if isinstance(v := ((s.get("controller") or {}).get(drafter) or {}).get(key), (int, float))]
+    values = [v for s in calls if _ran(s, drafter) if isinstance(v := estimates(s, drafter).get(key), (int, float))]
     return statistics.median(values) if values else None
 
 
@@ -193,9 +214,10 @@ class Costs:
     verify_per_token: float            # each further token in the same pass
     step: dict[str, float]             # drafting cost per drafted token, by drafter
     begin_model: float | None = None   # the draft model's prefill for a request (not in the formula)
-    # drafters whose step is the controller's estimate: for the draft model a step after its
-    # round's first pass, which the formula then adds apart; else drafting time per drafted token
+    # drafters whose step is the policy's estimate: for the draft model a step after its round's
+    # first pass, which the formula then adds apart; else drafting time per drafted token
     from_controller: frozenset = frozenset()
+    first_model: float | None = None   # the policy's estimate of the draft model's first pass
 
     def verify(self, width: float) -> float:
         return self.verify_one + self.verify_per_token * (width - 1)
@@ -221,7 +243,8 @@ def measure_costs(by_config: dict[str, list[dict]], baseline: str) -> Costs:
         kinds = [k for k, n in t.rounds_by_drafter.items() if n and k != "none"]
         if len(kinds) == 1 and kinds[0] not in step and t.drafted:
             step[kinds[0]] = t.draft_ms / t.drafted
-    return Costs(verify_one, slope, step, controller_median(everything, "model", "begin_ms"), from_controller)
+    return Costs(verify_one, slope, step, controller_median(everything, "model", "begin_ms"), from_controller,
+                 controller_median(everything, "model", "first_ms"))
 
 
 @dataclass
@@ -239,25 +262,28 @@ def predicted_rate(calls: list[dict], costs: Costs) -> tuple[float | None, bool]
         return None, False
     a = t.acceptance or 0.0
     p = {d: measured_acceptance(calls, d) or controller_acceptance(calls, d) for d in CHAINS}
-    flat = any(n and k != "none" and any(p.get(c) is None for c in USES.get(k, (k,)))
+    flat = any(n and k != "none" and any(p.get(c) is None for c in uses(k))
                for k, n in t.rounds_by_drafter.items())
     p = {d: v if v is not None else [a] for d, v in p.items()}
     k = t.mean_k
     fallback_step = t.draft_ms / t.drafted if t.drafted else 0.0
     # a model round's first pass (it catches up on what lookup rounds wrote) beyond a step, as
-    # these calls measured it; the controller prices it apart from the steps too
-    model_rounds = t.rounds_by_drafter.get("model", 0) + t.rounds_by_drafter.get("tree", 0)
-    first_extra = max(0.0, t.draft_first_ms / model_rounds - costs.step.get("model", fallback_step)) \
-        if model_rounds and "model" in costs.from_controller else 0.0
+    # these calls measured it (an older engine) or the policy estimates it; priced apart from steps
+    model_rounds = sum(n for kind, n in t.rounds_by_drafter.items() if "model" in uses(kind))
+    first = t.draft_first_ms / model_rounds if model_rounds and t.draft_first_ms else costs.first_model
+    first_extra = max(0.0, first - costs.step.get("model", fallback_step)) \
+        if first is not None and "model" in costs.from_controller else 0.0
     tokens = time = 0.0
     for kind, n in t.rounds_by_drafter.items():
         if not n:
             continue
         if kind == "none":
             e, cost = 1.0, costs.verify(1)
-        elif kind == "tree":   # the round's nodes split evenly between the two chains
-            e = tree_tokens(p["lookup"], p["model"], k / 2, k / 2)
-            cost = first_extra + k / 2 * costs.step.get("model", fallback_step) + costs.verify(k + 1)
+        elif len(uses(kind)) == 2 and kind != "pair":   # a tree: its nodes split evenly between the chains
+            x, y = uses(kind)
+            e = tree_tokens(p.get(x, [a]), p.get(y, [a]), k / 2, k / 2)
+            cost = (first_extra if "model" in (x, y) else 0.0) + costs.verify(k + 1) \
+                + k / 2 * (costs.step.get(x, fallback_step) + costs.step.get(y, fallback_step))
         elif kind == "pair":   # past the shared tokens, the same split; the branches' tokens add up
             shared = min(k, t.pair_shared / n)
             branch = (k - shared) / 2

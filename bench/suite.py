@@ -3,6 +3,7 @@
     python -m bench.suite              # or: specfill bench --suite    (about 2 minutes on a 2-core VM)
     python -m bench.suite --quick      # a minute or two: fewer prompts, positions and typed lines
     python -m bench.suite --workloads generate,end-of-line --configs ngram,default
+    python -m bench.suite --baseline main      # each configuration beside main's, in the same run
 
 Workloads:
   generate     the engine as `specfill generate` runs it, on held-out prompts (pygls source, left
@@ -28,6 +29,10 @@ datastore). Each has its own engine (generate) or server (the other two), all lo
 before the first request; requests alternate between them, who goes first rotating, so load from
 other work on the machine slows them alike.
 
+`--baseline REV` runs each drafting configuration a second time from the tree of commit REV (its
+servers, and for generate its engine package, imported under another name), as `NAME@REV`,
+alternating with this tree's like the others: the two commits side by side in one run.
+
 Requests whose answer without a draft loops (a run of 6 tokens, or of 24 characters in the text
 the servers' model wrote, written 3 times or more: bench/loops.py; or the completion pipeline cut
 the answer at a repeated block of lines) are shown in a row of their own per workload (`<workload>, looping answers`), never in the workload's row: prompt lookup drafts a loop
@@ -49,10 +54,12 @@ import argparse
 import asyncio
 import dataclasses
 import gc
+import importlib
 import json
 import os
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,15 +131,19 @@ Results = dict[str, dict[str, list[Request]]]   # workload -> configuration -> r
 
 # ------------------------------------------------------------------------------ the workloads
 
-def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: int, threads: int) -> dict:
-    """Every prompt through every configuration's engine, configurations alternating per prompt."""
-    from engine import GenerationSettings
+def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: int, threads: int,
+                 packages: dict | None = None) -> dict:
+    """Every prompt through every configuration's engine, configurations alternating per prompt.
+    `packages`: the engine package a configuration runs (another commit's, `engine_at`)."""
+    import engine as this_engine
     from engine.threads import set_threads
     from lsp import backend, collector
     from lsp.settings import Settings, parse_settings
 
     parsed = {name: parse_settings(s, Settings()) for name, s in settings.items()}
-    engines = {name: backend.load_backend(p).engine for name, p in parsed.items()}   # as the server builds them
+    packages = {name: (packages or {}).get(name, this_engine) for name in settings}
+    engines = {name: backend.load_backend(p).engine if packages[name] is this_engine else engine_of(packages[name], p)
+               for name, p in parsed.items()}   # as the server builds them
     set_threads(threads, "cpu")   # after the loads: each engine applies its own policy when built
     collector.settle()            # as the server does after a load: no full collection mid-prompt
 
@@ -140,9 +151,9 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
         engine = engines[name]
         engine.clear_caches()     # no reuse between prompts: each is a fresh request
         target_ids, draft_ids = prompt_ids(engine, prompt)
-        p = parsed[name]
-        return engine.generate(target_ids, draft_ids, GenerationSettings(
-            max_new_tokens=tokens, draft_length=p.draftLength))
+        settings_of = importlib.import_module(packages[name].__name__ + ".settings").GenerationSettings
+        return engine.generate(target_ids, draft_ids, settings_of(max_new_tokens=tokens,
+                                                                  draft_length=parsed[name].draftLength))
 
     names = list(engines)
     for name in names:            # first-call costs are not what a request waits for
@@ -156,14 +167,25 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
     return records
 
 
+def engine_of(package, p):
+    """The local engine of `package` (an engine package of another commit) for parsed settings
+    `p`, configured as lsp.backend.load_backend configures this tree's."""
+    config = importlib.import_module(package.__name__ + ".settings").EngineConfig(
+        target=p.targetModel, draft=p.draftModel, device=p.device, dtype=p.dtype, trust_remote_code=p.trustRemoteCode,
+        max_cache_tokens=p.maxCacheTokens, kv_reuse=p.kvReuse, lookup=p.promptLookup, datastore=p.datastore,
+        cuda_graphs=p.cudaGraphs)
+    return importlib.import_module(package.__name__ + ".engine").Engine(config)
+
+
 async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: dict[str, list],
                       time_scale: float, log_dir: Path, env: dict, prog: str = "bench.suite",
-                      servers: dict | None = None) -> Results:
+                      servers: dict | None = None, roots: dict[str, Path] | None = None) -> Results:
     """End of line (each set of positions: bench/files, real files), then the replays (workload ->
-    its typing scripts), through one real server per configuration. `servers` gets each server's
-    figures after the last request (`server_figures`)."""
+    its typing scripts), through one real server per configuration (`roots`: the checkout one runs
+    from, another commit's). `servers` gets each server's figures after the last request
+    (`server_figures`)."""
     t0 = time.perf_counter()
-    clients = await start_servers(settings, env, log_dir)
+    clients = await start_servers(settings, env, log_dir, roots)
     _progress(prog, "servers started", t0)
     out: Results = {}
     try:
@@ -219,9 +241,10 @@ def replay_engine_stats(record: dict) -> dict | None:
     """A replay record's engine figures, keyed as the engine's own stats (None: no model ran)."""
     if not record["ran_model"]:
         return None
-    keys = ("rounds", "rounds_by_drafter", "controller", "drafted", "accepted", "new_tokens", "prefill_ms",
+    keys = ("rounds", "rounds_by_drafter", "drafted", "accepted", "new_tokens", "prefill_ms",
             "draft_ms", "verify_ms", "stop_reason", "raw_text")
     return {**{k: record[k] for k in keys}, "by_position": record.get("by_position"),
+            "policy": record.get("policy"), "controller": record.get("controller"),
             "first_from_prefill": record.get("first_from_prefill") or 0, "pair_shared": record.get("pair_shared") or 0,
             "plan_ms": record.get("plan_ms") or 0.0, "latency_ms": record["engine_ms"]}
 
@@ -490,6 +513,8 @@ def parse_args(argv: list[str], prog: str) -> argparse.Namespace:
     ap.add_argument("--threads", type=number(int, 0), default=1, help="torch threads per engine and server (0 = auto)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where suite.md and suite.json go (bench/results)")
     ap.add_argument("--machine", default="", help="words describing the machine, quoted in the report")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also run each drafting configuration from commit REV's tree, as NAME@REV")
     return ap.parse_args(argv)
 
 
@@ -516,6 +541,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
         lines = {"replay": sizes.typed_lines, "replay-append": sizes.appended_lines}
         scripts = {w: replay.load_scripts(args.files, lines[w], 0, sizes.max_files, EDITOR_DEBOUNCE_MS, where)
                    for w, where in REPLAYS.items() if w in workloads}
+        from bench.round_cost import commit_of, engine_at, tree_at   # (torch loads with it)
+        sha = commit_of(args.baseline) if args.baseline else None
+        if args.baseline and sha is None:
+            raise UsageError(f"--baseline: {args.baseline!r} names no git commit here")
     except UsageError as exc:
         return usage_error(prog, exc)
     settings = {name: {**base, **CONFIGS[name]} for name in configs}
@@ -523,15 +552,23 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench.suite") -> 
     t0 = time.perf_counter()
     results: Results = {}
     servers: dict = {}
-    if "generate" in workloads:
-        prompts = held_out_prompts(sizes.prompts, sizes.prompt_chars)
-        results["generate"] = run_generate(settings, prompts, sizes.max_new_tokens, args.threads)
-        print(f"{prog}: generate done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-        gc.collect()              # the engines go before the servers load
-    if positions or scripts:
-        args.out.mkdir(parents=True, exist_ok=True)
-        results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
-                                               args.out / "logs" / "suite", server_env(args.threads), prog, servers)))
+    with tempfile.TemporaryDirectory() as tmp:
+        roots, packages = {}, {}
+        if sha is not None:       # the baseline's configurations, each after this tree's
+            tree, package = tree_at(sha, Path(tmp)), engine_at(sha, Path(tmp) / "package")
+            for name in configs[1:]:
+                settings[f"{name}@{sha}"] = settings[name]
+                roots[f"{name}@{sha}"], packages[f"{name}@{sha}"] = tree, package
+        if "generate" in workloads:
+            prompts = held_out_prompts(sizes.prompts, sizes.prompt_chars)
+            results["generate"] = run_generate(settings, prompts, sizes.max_new_tokens, args.threads, packages)
+            print(f"{prog}: generate done ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+            gc.collect()              # the engines go before the servers load
+        if positions or scripts:
+            args.out.mkdir(parents=True, exist_ok=True)
+            results.update(asyncio.run(run_servers(settings, positions, scripts, sizes.time_scale,
+                                                   args.out / "logs" / "suite", server_env(args.threads), prog,
+                                                   servers, roots)))
     meta = {"command": shlex.join([*prog.split(), *argv]), "machine": replay.machine_description(args.machine),
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(time.time() - (time.perf_counter() - t0))),
             "seconds": time.perf_counter() - t0, "load_before": load_before, "load_after": _load(),

@@ -25,7 +25,7 @@ from engine.settings import GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
     from engine.engine import Engine
-    from engine.lookup import LookupText
+    from engine.drafters.documents import LookupText
     from engine.models import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class CompletionPipeline:
         `stop()`). The tokens tokenized; 0 for a remote engine, without lookup, or where requests
         with `options` would not read the documents. Text no request would read (binary, too
         large) is left out."""
-        from engine.lookup import LookupText
+        from engine.drafters.documents import LookupText
 
         options = options or CompletionOptions()
         if isinstance(self.engine, RemoteEngine) or not options.lookup_documents:
@@ -255,8 +255,7 @@ class CompletionPipeline:
                 read.append(LookupText(parse_document(text, 0, 0).lines))
             except ValueError:
                 continue
-        settings = GenerationSettings(draft_length=options.draft_length)
-        return self.engine.warm_lookup(read, settings, stop) if read else 0
+        return self.engine.warm_lookup(read, stop) if read else 0
 
     def forget_document(self, uri: str) -> None:
         with self._lock:
@@ -410,7 +409,7 @@ class CompletionPipeline:
         """What prompt lookup reads besides the prompt: the document (without `in_prompt`, the
         lines the prompt holds, else split at the cursor) and the other open documents, newest
         first (none when `lookup_documents` is off)."""
-        from engine.lookup import LookupText
+        from engine.drafters.documents import LookupText
 
         if not options.lookup_documents:
             return []
@@ -523,9 +522,9 @@ class CompletionPipeline:
         for k in ("template", "layout", "draft_template", "draft_layout"):
             if k in self.last_stats:
                 out[k] = self.last_stats[k]
-        memory = getattr(self.engine, "memory", None)     # a local engine's drafting controller
-        if memory is not None:
-            out["controller"] = memory.controller.summary()
+        policy = getattr(self.engine, "policy", None)     # a local engine's drafting policy
+        if policy is not None:
+            out["policy"] = policy.summary()
         return out
 
     def reset_stats(self) -> None:

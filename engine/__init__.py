@@ -1,12 +1,13 @@
 """specfill engine: lossless speculative decoding with KV sessions that live across requests."""
 from .engine import Engine
-from .generate import DraftMemory, Drafters, speculative_generate
 from .kv import ContextTooLong, KVPool, KVSession
+from .loop import Drafters, speculative_generate
 from .models import LoadedModel, ModelLoadError, load_model
+from .policy import Policy
 from .settings import EngineConfig, GenerationResult, GenerationSettings, GenerationStats
 
 __all__ = [
-    "Engine", "DraftMemory", "Drafters", "speculative_generate", "ContextTooLong", "KVPool", "KVSession",
-    "LoadedModel", "ModelLoadError", "load_model",
+    "Engine", "Drafters", "speculative_generate", "ContextTooLong", "KVPool", "KVSession",
+    "LoadedModel", "ModelLoadError", "load_model", "Policy",
     "EngineConfig", "GenerationResult", "GenerationSettings", "GenerationStats",
 ]

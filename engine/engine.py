@@ -5,12 +5,12 @@ import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 
-from . import datastore
-from .drafters import ModelDrafter, TextDrafter
-from .lookup import BlockIndex, LookupText, NgramDrafter
-from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
+from .drafters import DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter, datastore
+from .drafters.documents import DOCUMENT, OPEN_DOCUMENTS, BlockIndex, LookupText
 from .kv import KVPool
+from .loop import DraftPrompt, Drafters, speculative_generate
 from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
+from .policy import Policy
 from .quantize import QuantizeError, check_quantize
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
 from .threads import set_threads
@@ -49,19 +49,19 @@ class Engine:
         self.pool = self._pool(self.target)
         self.draft: LoadedModel | None = None
         self.draft_pool: KVPool | None = None
-        self.memory = DraftMemory()
+        self.policy = Policy()
+        self.last_lookup: dict | None = None
         vocab = self.target.vocab
-        # only where prompt lookup runs: a store nobody asks costs its load for nothing
-        uses_lookup = config.draft == "ngram" or (config.draft != "none" and config.lookup)
-        self.datastore = load_datastore(config, self.target) if uses_lookup else None
-        lookup = NgramDrafter(special_ids=vocab.special_ids,
-                              index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix,
-                                               encode_many=vocab.encode_texts),
-                              datastore=self.datastore)
-        if config.draft == "none":
-            self.drafters = Drafters()
-        elif config.draft == "ngram":
-            self.drafters = Drafters(lookup=lookup)
+        # the drafters without a model, where prompt lookup runs
+        free = {}
+        if config.draft == "ngram" or (config.draft != "none" and config.lookup):
+            store = load_datastore(config, self.target)
+            free = dict(lookup=LookupDrafter(special_ids=vocab.special_ids,
+                                             index=BlockIndex(vocab.encode_text, dummy_prefix=vocab.dummy_prefix,
+                                                              encode_many=vocab.encode_texts)),
+                        datastore=DatastoreDrafter(store, vocab.special_ids) if store is not None else None)
+        if config.draft in ("none", "ngram"):
+            self.drafters = Drafters(**free)
         else:
             self.draft = load_model(config.draft, "draft", **kw)
             if self.draft.device != self.target.device and config.device_map is None:
@@ -71,7 +71,7 @@ class Engine:
                 model = ModelDrafter(draft_pool, vocab=self.draft.vocab)
             else:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
-            self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)
+            self.drafters = Drafters(**free, model=model)
 
     def _pool(self, loaded: LoadedModel) -> KVPool:
         config = self.config
@@ -92,26 +92,24 @@ class Engine:
         return {"target": kernels(self.pool), "draft": kernels(self.draft_pool)}
 
     def lookup_stats(self) -> dict | None:
-        """The latest generate's prompt lookup (NgramDrafter.summary); None without lookup."""
-        return self.drafters.lookup.summary() if self.drafters.lookup is not None else None
+        """The latest generate's free proposals (prompt lookup's and the datastore's) by where they
+        were found: proposals, tokens proposed, and tokens the target wrote too; and prompt
+        lookup's reading of the documents (LookupDrafter.summary). None without lookup."""
+        return self.last_lookup
 
-    def warm_lookup(self, texts: Sequence[LookupText], settings: GenerationSettings | None = None,
-                    stop: Callable[[], bool] = lambda: False) -> int:
+    def warm_lookup(self, texts: Sequence[LookupText], stop: Callable[[], bool] = lambda: False) -> int:
         """Tokenize the blocks prompt lookup will read in `texts` ahead of the requests that read
-        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup, where
-        requests with `settings` would not use it, or where they skip the documents for now
-        (reading them has not paid: DocumentsWorth)."""
-        lookup, settings = self.drafters.lookup, settings or GenerationSettings()
-        if lookup is None or lookup.index is None or not self.drafters.lookup_drafts(settings) \
-                or (settings.cost_aware and not lookup.documents_worth.wanted()):
+        them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup or where
+        requests skip the documents for now (reading them has not paid: DocumentsWorth)."""
+        lookup = self.drafters.lookup
+        if lookup is None or lookup.index is None or not lookup.worth.wanted():
             return 0
         return lookup.index.warm(texts, stop=stop)
 
     def clear_caches(self) -> None:
         self.pool.clear()
-        for drafter in (self.drafters.lookup, self.drafters.model):
-            if drafter is not None:
-                drafter.clear()
+        for drafter in self.drafters.all():
+            drafter.clear()
 
     def generate(self, target_ids: list[int], draft_ids: DraftPrompt = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
@@ -122,11 +120,19 @@ class Engine:
         settings = settings or GenerationSettings()
         if not self.config.kv_reuse:
             self.clear_caches()
-        if self.drafters.lookup is not None:
-            # only the cost-aware controller measures the target step that judges the documents
-            self.drafters.lookup.read(lookup_texts if self.drafters.lookup_drafts(settings) else (),
-                                      judged=settings.cost_aware)
-        return speculative_generate(self.target, self.pool, self.drafters, list(target_ids),
-                                    settings, self.memory, stop_ids=stop_ids,
-                                    draft_prompt=list(draft_ids) if isinstance(draft_ids, (list, tuple)) else draft_ids,
-                                    cancel=cancel, stop_check=stop_check)
+        lookup = self.drafters.lookup
+        if lookup is not None:
+            lookup.read(lookup_texts)
+        result = speculative_generate(self.target, self.pool, self.drafters, list(target_ids), settings,
+                                      self.policy, stop_ids=stop_ids, cancel=cancel, stop_check=stop_check,
+                                      draft_prompt=list(draft_ids) if isinstance(draft_ids, (list, tuple)) else draft_ids)
+        if lookup is not None:
+            sources = result.stats.sources
+            # what reading the documents gained, at a target step's cost (a cancelled request
+            # paid the read for part of an answer: not judged)
+            if result.stop_reason != "cancelled" and self.policy.verify.seen:
+                lookup.judge(sum(sources.get(s, (0, 0, 0))[2] for s in (DOCUMENT, OPEN_DOCUMENTS)),
+                             self.policy.verify(1))
+            self.last_lookup = {name: {s: v[i] for s, v in sources.items()}
+                                for i, name in enumerate(("proposed", "tokens", "agreed"))} | lookup.summary()
+        return result

@@ -1,10 +1,9 @@
 """Settings and results of one generation call, as plain dataclasses."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
-
-from .control import positions_reached
 
 MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength` setting's maximum)
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -27,10 +26,10 @@ class EngineConfig:
     heal: bool = True             # token healing for a draft with another tokenizer
     lean: bool = True             # lean forward for Llama/Qwen2/GPTBigCode (False: transformers forward)
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
-    lookup: bool = True           # prompt lookup alongside a draft model (the controller picks per round)
-    cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only; run on one H200 so far)
+    lookup: bool = True           # prompt lookup alongside a draft model (the policy picks per round)
+    cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only)
     quantize: str = "none"        # the local models' linear weights: none, or int8 (engine/quantize.py)
-    # the target's answers that lookup drafts from too (engine/datastore.py): "auto" (the
+    # the target's answers that are drafted from (engine/drafters/datastore.py): "auto" (the
     # target directory's datastore.npz, if any), "none", or a file
     datastore: str = "auto"
 
@@ -38,18 +37,33 @@ class EngineConfig:
 @dataclass
 class GenerationSettings:
     max_new_tokens: int = 64
-    draft_length: int | str = "auto"   # "auto" or 1..16 tokens proposed per round
+    draft_length: int | str = "auto"   # "auto" (engine/policy.py) or 1..MAX_DRAFT_LENGTH tokens a round
     temperature: float = 0.0           # 0 = greedy
     top_k: int = 0                     # 0 = off
     top_p: float = 1.0                 # 1 = off
     seed: int | None = None
     time_budget_ms: float | None = None  # return what is accepted once this is spent
-    draft_confidence: float = 0.4      # auto mode: stop a draft when its own top prob drops below
+    draft_confidence: float = 0.4      # auto: a draft model stops once its top probability drops below
 
-    @property
-    def cost_aware(self) -> bool:
-        """Whether the cost-aware controller decides each round (draft length auto)."""
-        return self.draft_length == "auto"
+
+def positions_reached(asked: int, accepted: int) -> int:
+    """Draft positions a chain of `asked` tokens reached when its first `accepted` were accepted:
+    every position up to the first rejection, that one included (a draft that stopped short of
+    `asked` failed where it stopped). Acceptance by position is counted by this rule."""
+    return min(asked, accepted + 1)
+
+
+@dataclass
+class DrafterCounts:
+    """What one drafter did in a call: the same counters for every drafter."""
+    proposals: int = 0    # proposals it made (a free drafter's every round, a draft model's when planned)
+    proposed: int = 0     # tokens in them
+    agreed: int = 0       # of those, tokens the target wrote too, verified or not
+    chains: int = 0       # its chains the target verified
+    drafted: int = 0      # tokens in those chains
+    accepted: int = 0     # of those, accepted
+    passes: int = 0       # its model's forward passes
+    ms: float = 0.0       # proposing (a draft model's prefill included)
 
 
 @dataclass
@@ -65,34 +79,28 @@ class GenerationStats:
     draft_prefill_tokens: int = 0
     draft_reused_tokens: int = 0
     prefill_ms: float = 0.0     # the target's prefill (the draft model's counts as drafting)
-    draft_ms: float = 0.0       # drafting, draft forward passes included
-    draft_first_ms: float = 0.0  # of that, the draft model's first pass of its rounds (it catches up there)
-    plan_ms: float = 0.0        # each round's lookup search and plan (paid whatever is drafted)
+    draft_ms: float = 0.0       # drafting with a model, its prefill and forward passes included
+    plan_ms: float = 0.0        # each round's free proposals and plan (paid whatever is drafted)
     verify_ms: float = 0.0      # target forward passes of the rounds + acceptance
     latency_ms: float = 0.0
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
-    rounds_by_drafter: dict = field(default_factory=lambda: {"none": 0, "lookup": 0, "model": 0, "tree": 0, "pair": 0})
-    controller: dict = field(default_factory=dict)   # the controller's estimates after the call
+    # rounds by the drafters of the chains they verified: "none", a drafter's name, or two joined by "+"
+    rounds_by_drafter: Counter = field(default_factory=Counter)
+    tree_passes: int = 0        # rounds that verified two chains that part, in one tree pass
+    drafters: dict = field(default_factory=dict)    # drafter name -> DrafterCounts
+    sources: dict = field(default_factory=dict)     # free proposals by where found -> [proposals, tokens, agreed]
+    policy: dict = field(default_factory=dict)      # the policy's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
     first_from_prefill: int = 0  # 1 when the answer's first token came from the prefill pass (not a round)
-    tree_passes: int = 0        # tree rounds whose chains branched: both verified in one pass
-    pair_shared: int = 0        # pair rounds: the tokens their two chains shared before the branch, summed
-    # Exact counts behind the acceptance formula, per drafter ("lookup", "model"): how many drafts
-    # reached position i (every earlier token accepted) and how many had token i accepted.
+    # Exact counts behind the acceptance formula, per drafter: how many of its chains reached
+    # position i (every earlier token accepted) and how many had token i accepted.
     by_position: dict = field(default_factory=dict)
 
-    def count_round(self, drafter: str, drafted: int, accepted: int, draft_ms: float, verify_ms: float) -> None:
-        self.rounds += 1
-        self.rounds_by_drafter[drafter] += 1
-        self.drafted += drafted
-        self.accepted += accepted
-        self.draft_ms += draft_ms
-        self.verify_ms += verify_ms
+    def counts(self, drafter: str) -> DrafterCounts:
+        return self.drafters.setdefault(drafter, DrafterCounts())
 
     def count_positions(self, drafter: str, asked: int, accepted: int) -> None:
-        """A chain of `drafter` asked for `asked` tokens had its first `accepted` accepted: the
-        positions it reached were evaluated (`positions_reached`, the rule the controller counts by)."""
         reached = positions_reached(asked, accepted)
         if reached <= 0:
             return
@@ -114,14 +122,16 @@ class GenerationStats:
         return (self.new_tokens - self.first_from_prefill) / self.rounds if self.rounds else 0.0
 
     def as_dict(self) -> dict:
-        # A shallow copy: the dicts in it are this call's own (the controller's summary is built
-        # for it), and dataclasses.asdict's deep copy cost ~1 ms a request.
+        # A shallow copy: the dicts in it are this call's own (the policy's summary is built for
+        # it), and dataclasses.asdict's deep copy of the whole cost about a millisecond a request.
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["rounds_by_drafter"] = dict(self.rounds_by_drafter)
+        d["drafters"] = {name: asdict(c) for name, c in self.drafters.items()}
         d["acceptance_rate"] = round(self.acceptance_rate, 4)
         d["tokens_per_target_call"] = round(self.tokens_per_target_call, 4)
         # engine overhead: everything outside the models' forward passes
         d["overhead_ms"] = round(self.latency_ms - self.target_forward_ms - self.draft_forward_ms, 3)
-        for k in ("prefill_ms", "draft_ms", "draft_first_ms", "plan_ms", "verify_ms", "latency_ms", "target_forward_ms", "draft_forward_ms"):
+        for k in ("prefill_ms", "draft_ms", "plan_ms", "verify_ms", "latency_ms", "target_forward_ms", "draft_forward_ms"):
             d[k] = round(d[k], 3)
         return d
 

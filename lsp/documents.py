@@ -289,7 +289,7 @@ def warm_lookup(ls: SpecfillServer, keys: list[str], tries: int = WARM_TRIES) ->
     documents' text at that time (closed ones left out), and waits again while a request is in
     flight; a request that arrives while it runs stops it between two tokenizer calls. A request
     sent with the open (an editor asking at once) goes first. Nothing is warmed while requests
-    skip the documents because reading them has not paid (engine/lookup.py, DocumentsWorth)."""
+    skip the documents because reading them has not paid (engine/drafters/documents.py, DocumentsWorth)."""
     state = ls.state
     if state.backend is None or state.loading or not keys:
         return

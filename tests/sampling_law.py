@@ -162,7 +162,7 @@ def longest_chain_at_least(stats: GenerationStats) -> int:
     GenerationStats: a chain whose token i was accepted held i + 1 tokens or more
     (`by_position`), and some round verified at least the mean number of draft tokens of the
     rounds that drafted (`drafted`, `rounds_by_drafter`), half of it where a round was a tree
-    of two chains."""
+    of two chains (a kind naming two drafters)."""
     deepest = 0
     for rec in stats.by_position.values():
         hit = [i for i, a in enumerate(rec["accepted"]) if a > 0]
@@ -172,7 +172,7 @@ def longest_chain_at_least(stats: GenerationStats) -> int:
     drafting = stats.rounds - by["none"]
     if not drafting:
         return deepest
-    chains_per_round = 2 if by["tree"] or by["pair"] else 1
+    chains_per_round = 2 if any("+" in kind and n for kind, n in by.items()) else 1
     return max(deepest, math.ceil(stats.drafted / drafting / chains_per_round))
 
 
@@ -188,6 +188,7 @@ class DraftCounts:
     accepted: int = 0
     tree_passes: int = 0
     rounds_by_drafter: Counter = field(default_factory=Counter)
+    drafted_by: Counter = field(default_factory=Counter)   # drafter -> tokens of its chains verified
     reached: Counter = field(default_factory=Counter)    # (drafter, position) -> chains that got there
 
     def add(self, stats: GenerationStats) -> None:
@@ -200,6 +201,7 @@ class DraftCounts:
         self.accepted += stats.accepted
         self.tree_passes += stats.tree_passes
         self.rounds_by_drafter.update(stats.rounds_by_drafter)
+        self.drafted_by.update({name: c.drafted for name, c in stats.drafters.items()})
         for drafter, rec in stats.by_position.items():
             for i, n in enumerate(rec["evaluated"]):
                 self.reached[drafter, i] += n

@@ -10,7 +10,7 @@
    samples go to --work/samples.jsonl (--gen-workers N: N processes, worker i > 0 writing
    samples.i.jsonl), so the same command continues them. Samples written by
    `specfill distill` (its OUT.work/samples.jsonl) can be added with --samples.
-3. The answers, each after the last ids of its prompt, are written to --out (engine/datastore.py).
+3. The answers, each after the last ids of its prompt, are written to --out (engine/drafters/datastore.py).
    Put it in the target's directory as datastore.npz, or name it in the `datastore` setting.
 4. Report: tokens per target call and acceptance of prompt lookup at held-out positions,
    without and with the datastore (greedy, --eval-tokens new tokens), both in one run.
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
 
     from completion.templates import load_template
     from engine import load_model
-    from engine.datastore import save
+    from engine.drafters.datastore import save
     from engine.models import ModelLoadError
     from training.distill_data import DataWorkerFailed, generate_in_workers, read_samples
 

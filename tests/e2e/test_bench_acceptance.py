@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from bench import acceptance
-from engine.datastore import save
+from engine.drafters.datastore import save
 from tests.e2e.lsp_helpers import tiny_pair
 from tests.e2e.test_bench import small_files
 

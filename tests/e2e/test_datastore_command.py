@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.datastore import Datastore
+from engine.drafters.datastore import Datastore
 from tests.e2e.lsp_helpers import tiny_pair
 from tests.e2e.test_distill import USER_MODULES, write_code
 

@@ -152,3 +152,24 @@ def test_pair_rounds_add_the_other_branch_where_the_target_reaches_it():
     overhead = (26 - 0 - 24) / 2                             # decode - drafting - verifying, per round
     rate, _ = predicted_rate(pairs, costs)
     assert rate == pytest.approx(2 * tokens / (2 * (9 + 6 * 0.5 + overhead)))
+
+
+def test_the_policys_estimates_and_a_tree_of_two_drafters():
+    """An engine's stats as they are now: the policy's estimates (`policy`), rounds by the
+    drafters of their chains ("lookup+model": a tree of both), free drafters without a step, and
+    the draft model's first pass priced apart from its steps."""
+    no_draft = [call({"none": 10}, 0, 0, 10, latency=120, prefill=20, draft=0, verify=90)]   # 9 ms per token
+    mixed = call({"lookup+model": 2, "datastore": 2}, 12, 6, 12, latency=150, prefill=20, draft=10,
+                 verify=4 * 9 + 12 * 0.5)
+    del mixed["controller"]
+    mixed["policy"] = {"acceptance": {"model": [0.9]}, "model": {"begin_ms": 5.0, "first_ms": 2.0, "step_ms": 1.0}}
+    mixed["by_position"] = {"lookup": {"evaluated": [2], "accepted": [1]}, "model": {"evaluated": [2], "accepted": [2]},
+                            "datastore": {"evaluated": [2, 2], "accepted": [2, 1]}}
+    costs = measure_costs({"no-draft": no_draft, "default": [mixed]}, "no-draft")
+    assert costs.step == {"lookup": 0.0, "datastore": 0.0, "model": 1.0}
+    assert (costs.begin_model, costs.first_model, costs.verify_per_token) == (5.0, 2.0, 0.5)
+    overhead = (130 - 10 - 42) / 4
+    tokens = 2 * tree_tokens([0.5], [1.0], 1.5, 1.5) + 2 * expected_tokens([1.0, 0.5], 3)
+    time = 2 * ((2.0 - 1.0) + 10.5 + 1.5 * 1.0) + 2 * 10.5 + 4 * overhead   # verify(4) = 9 + 3 x 0.5
+    rate, flat = predicted_rate([mixed], costs)
+    assert not flat and rate == pytest.approx(tokens / time)

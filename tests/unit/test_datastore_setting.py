@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from engine import datastore
+from engine.drafters import datastore
 from lsp.cli import complete_main
 from lsp.settings import MODEL_KEYS, Settings, SettingsError, parse_assignment, parse_settings
 from tests.e2e.test_cli_errors import assert_one_line_error, in_process

@@ -1,4 +1,4 @@
-"""The datastore of the target's own answers (engine/datastore.py): longest match and majority
+"""The datastore of the target's own answers (engine/drafters/datastore.py): longest match and majority
 continuation against a brute-force search, its file, and its place in prompt lookup."""
 import random
 from collections import Counter
@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from engine.datastore import CONTEXT, MAX_MATCH, MAX_VOTERS, MIN_SHARE, SEP, Datastore, DatastoreError, resolve, save
+from engine.drafters.datastore import CONTEXT, MAX_MATCH, MAX_VOTERS, MIN_SHARE, SEP, Datastore, DatastoreError, resolve, save
 
 VOCAB = {f"t{i}": i for i in range(64)}
 
@@ -131,30 +131,30 @@ def test_setting_names_a_file(tmp_path):
         resolve(str(tmp_path / "missing.npz"), None)
 
 
-def test_lookup_takes_the_datastore_where_its_match_is_longer_than_the_texts(tmp_path):
-    from engine.lookup import NgramDrafter
+def test_a_fixed_draft_length_takes_the_datastore_where_its_match_is_longer_than_the_texts(tmp_path):
+    from engine.drafters import DatastoreDrafter, LookupDrafter
+    from engine.policy import Policy
 
-    store = build(tmp_path, [([], [1, 2, 3, 4, 5, 6])])
-    lookup = NgramDrafter(datastore=store)
-    lookup.read()
+    drafters = (LookupDrafter(), DatastoreDrafter(build(tmp_path, [([], [1, 2, 3, 4, 5, 6])])))
+
+    def taken(seq):
+        offers = {d.name: d.propose(seq, b"", 3, None) for d in drafters}
+        (name, k), = Policy.plan_fixed(offers, model=False, k=3).chains
+        return offers[name].tokens[:k], offers[name].source, offers[name].match
     # the prompt holds no earlier 3: the datastore's proposal
-    got = lookup.propose([0, 0, 3], [], 3, None)
-    assert (got.tokens, got.source, got.match) == ([4, 5, 6], "datastore", 1)
+    assert taken([0, 0, 3]) == ([4, 5, 6], "datastore", 1)
     # the text and the store both matched "2 3": a tie goes to the text
-    got = lookup.propose([1, 2, 3, 9, 8, 0, 2, 3], [], 3, None)
-    assert (got.tokens, got.source, got.match) == ([9, 8, 0], "prompt", 2)
+    assert taken([1, 2, 3, 9, 8, 0, 2, 3]) == ([9, 8, 0], "prompt", 2)
     # the store matched "1 2 3", the text only "2 3": the store's
-    got = lookup.propose([7, 2, 3, 9, 8, 1, 2, 3], [], 3, None)
-    assert (got.tokens, got.source, got.match) == ([4, 5, 6], "datastore", 3)
-    assert lookup.summary()["proposed"] == {"datastore": 2, "prompt": 1}
+    assert taken([7, 2, 3, 9, 8, 1, 2, 3]) == ([4, 5, 6], "datastore", 3)
 
 
 def test_the_store_is_loaded_only_where_prompt_lookup_runs():
     from engine import Engine, EngineConfig
 
-    shipped = {name: Engine(EngineConfig(draft=draft, lookup=lookup, device="cpu")).datastore
+    shipped = {name: Engine(EngineConfig(draft=draft, lookup=lookup, device="cpu")).drafters.datastore
                for name, draft, lookup in (("ngram", "ngram", True), ("draft + lookup", "default", True),
                                            ("draft alone", "default", False), ("none", "none", True))}
     assert {name: store is not None for name, store in shipped.items()} == \
         {"ngram": True, "draft + lookup": True, "draft alone": False, "none": False}
-    assert shipped["ngram"].size > 1_000_000      # the default pair's own store
+    assert shipped["ngram"].store.size > 1_000_000      # the default pair's own store

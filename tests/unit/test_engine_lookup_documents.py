@@ -1,4 +1,4 @@
-"""Prompt lookup over the whole document and the other open documents (engine/lookup.py): block
+"""Prompt lookup over the whole document and the other open documents (engine/drafters/lookup.py, documents.py): block
 texts tokenized by a real tokenizer and cached by their text, the longest match wins, and
 proposals from far outside the prompt's window are drafted and verified by the shipped target."""
 from __future__ import annotations
@@ -12,9 +12,11 @@ from transformers import AutoTokenizer
 from bench.end_of_line import end_of_line_cursors
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
 from engine import Engine, EngineConfig
-from engine import lookup as lk
+from engine.drafters import documents as lk
 from engine.drafters import Sampling
-from engine.lookup import BlockIndex, LookupText, NgramDrafter, line_blocks
+from engine.drafters import LookupDrafter
+from engine.drafters.documents import BlockIndex, LookupText, line_blocks
+from engine.kv import common_prefix_len
 from engine.vocab import build_vocab
 from tests.completion_fixtures import llama_style_tokenizer
 
@@ -216,7 +218,7 @@ def test_a_keystroke_in_the_window_reuses_the_corpus_and_an_edit_outside_it_does
     assert index.corpus([LookupText(typed, (300, 0), window)]) is first
     edited = list(typed)
     edited[101] = edited[101].replace("total = value * scale", "total = value // scale")
-    d = NgramDrafter(special_ids=vocab.special_ids, index=index)
+    d = LookupDrafter(special_ids=vocab.special_ids, index=index)
     d.read([LookupText(edited, (300, 0), window)])
     seq = vocab.encode_text("# elsewhere\n" + edited[100] + "\n    total = value")
     draft = d.propose(seq, b"", 6, GREEDY)
@@ -253,7 +255,7 @@ def test_binary_and_data_text_is_skipped_without_error(vocab):
 # ------------------------------------------------------------------------------ proposing
 
 def drafter_on(vocab, lines, cursor, others=()):
-    d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(vocab.encode_text))
+    d = LookupDrafter(special_ids=vocab.special_ids, index=BlockIndex(vocab.encode_text))
     d.read([LookupText(lines, cursor), *(LookupText(o) for o in others)])
     return d
 
@@ -265,7 +267,7 @@ def test_the_longest_match_outside_the_prompt_is_proposed(vocab):
     seq = vocab.encode_text("# elsewhere\n" + "\n".join(seen[:2]) + "\n")
     draft = d.propose(seq, b"", 12, GREEDY)
     assert vocab.bytes_of(draft.tokens).decode().startswith(seen[2][:10])
-    assert draft.match >= lk.KEY_NGRAM and d.stats.proposed == {"document": 1}
+    assert draft.match >= lk.KEY_NGRAM and draft.source == "document"
 
 
 def test_the_documents_are_read_at_the_first_search_not_before(vocab):
@@ -273,7 +275,7 @@ def test_the_documents_are_read_at_the_first_search_not_before(vocab):
     or tokenizes the documents; the next request's first search reads them."""
     enc = CountingEncoder(vocab)
     lines = code_lines(200)
-    d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
+    d = LookupDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
     d.read([LookupText(lines, (199, 0))])
     assert enc.texts == [] and d.summary()["blocks"] == 0 and d.summary()["read_ms"] == 0.0
     d.read([LookupText(lines, (199, 0))])         # the next request: it drafts
@@ -290,18 +292,19 @@ def test_the_documents_are_read_at_the_first_search_not_before(vocab):
 def test_documents_that_save_less_than_reading_them_are_skipped_and_probed_again(vocab):
     """Requests whose document proposals the target never writes: once one has read them, the
     next ones skip them (nothing cut or tokenized) until every DOCUMENTS_PROBE-th reads them
-    again; a request whose copy from them is written pays for the read, and they are read again.
-    Requests that do not judge them (no target step to judge by) always read them."""
+    again; a request whose copy from them is written pays for the read, and they are read again."""
     enc = CountingEncoder(vocab)
     lines = code_lines(200)
-    d = NgramDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
+    d = LookupDrafter(special_ids=vocab.special_ids, index=BlockIndex(enc))
     seq = vocab.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
 
-    def request(written: list[int], step_ms: float | None = 1.0, judged: bool = True) -> dict:
-        d.read([LookupText(lines, (199, 0))], judged=judged)
-        d.propose(seq, b"", 12, GREEDY)
-        d.remember(written, step_ms)
-        return d.summary()
+    def request(written: list[int], step_ms: float = 1.0) -> dict:
+        d.read([LookupText(lines, (199, 0))])
+        draft = d.propose(seq, b"", 12, GREEDY)
+        agreed = common_prefix_len(draft.tokens, written) if draft.source == "document" else 0
+        d.judge(agreed, step_ms)
+        d.end(written)
+        return {**d.summary(), "agreed": agreed}
 
     first = request([], step_ms=0.0)            # read, and nothing of it written
     assert first["blocks"] > 10 and not first["documents_skipped"] and first["documents_gain_ms"] < 0
@@ -310,13 +313,12 @@ def test_documents_that_save_less_than_reading_them_are_skipped_and_probed_again
     read = len(enc.texts)
     skipped = [request([], step_ms=0.0) for _ in range(lk.DOCUMENTS_PROBE - 1)]
     assert all(s["documents_skipped"] and s["blocks"] == 0 for s in skipped) and len(enc.texts) == read
-    assert not request([], step_ms=None, judged=False)["documents_skipped"]   # not judged: read all the same
     probe = request([], step_ms=0.0)
     assert not probe["documents_skipped"] and probe["blocks"] > 10
     for _ in range(lk.DOCUMENTS_PROBE - 1):
         assert request([], step_ms=0.0)["documents_skipped"]
     paid = request(copy, step_ms=100.0)         # the probe, and the target writes the copy
-    assert not paid["documents_skipped"] and paid["agreed"]["document"] == len(copy)
+    assert not paid["documents_skipped"] and paid["agreed"] == len(copy)
     assert paid["documents_gain_ms"] > 0
     assert not request([], step_ms=0.0)["documents_skipped"]        # read again: on average it paid
 
@@ -335,28 +337,28 @@ def test_other_open_documents_are_read_too(vocab):
     seq = vocab.encode_text("    def register_handler(self, name, handler):\n")
     draft = d.propose(seq, b"", 10, GREEDY)
     assert vocab.bytes_of(draft.tokens).decode().startswith("        self._handlers[name]")
-    assert d.stats.proposed == {"open documents": 1}
+    assert draft.source == "open documents"
 
 
 def test_a_longer_match_in_the_document_beats_a_short_one_in_the_prompt(vocab):
     lines = code_lines(40)
     d = drafter_on(vocab, lines, (39, 0))
     seq = vocab.encode_text("\n".join(lines[4:6]) + "\n")
-    near = NgramDrafter(special_ids=vocab.special_ids).propose(seq, b"", 6, GREEDY)
+    near = LookupDrafter(special_ids=vocab.special_ids).propose(seq, b"", 6, GREEDY)
     far = d.propose(seq, b"", 6, GREEDY)
-    assert far.match > near.match and d.stats.proposed == {"document": 1}
+    assert far.match > near.match and far.source == "document"
 
 
 def test_copies_from_the_documents_say_so(vocab):
-    """The controller keeps copies from the documents apart (engine/control.py, DOCUMENT_CLASS):
-    each proposal says where it was found."""
+    """The policy judges copies from the documents apart (engine/policy.py, `key`): each proposal
+    says where it was found."""
     lines = code_lines(200)
     d = drafter_on(vocab, lines, (199, 0))
     v = vocab
     seq = v.encode_text("# elsewhere\n" + "\n".join(lines[100:102]) + "\n")
     draft = d.propose(seq, b"", 12, GREEDY)
     assert len(draft.tokens) == 12 and draft.source == "document"
-    near = NgramDrafter(special_ids=v.special_ids).propose(v.encode_text("a = 1\nb = 2\na = 1\n"), b"", 4, GREEDY)
+    near = LookupDrafter(special_ids=v.special_ids).propose(v.encode_text("a = 1\nb = 2\na = 1\n"), b"", 4, GREEDY)
     assert near.tokens and near.source == "prompt"
 
 
@@ -388,7 +390,7 @@ def far_copy_case(engines):
 
 
 def fresh_lookup() -> Engine:
-    """An engine whose controller has not yet learned how far copies from the documents agree."""
+    """An engine whose policy has not yet learned how far copies from the documents agree."""
     return Engine(EngineConfig(target="default", draft="ngram", device="cpu"))
 
 
@@ -464,10 +466,9 @@ def test_lookup_texts_do_nothing_without_lookup(engines):
 def test_documents_are_not_warmed_for_requests_that_do_not_read_them(engines):
     """Without prompt lookup nothing is tokenized; the cost-aware default reads the documents,
     unless its requests skip them for now (reading them has not paid)."""
-    from engine.settings import GenerationSettings
     text = [LookupText(code_lines(200, "warmed"))]
-    assert engines["none"].warm_lookup(text, GenerationSettings()) == 0        # no lookup at all
+    assert engines["none"].warm_lookup(text) == 0        # no lookup at all
     fresh = fresh_lookup()
-    assert fresh.warm_lookup(text, GenerationSettings()) > 1000
-    fresh.drafters.lookup.documents_worth.record(read_ms=5.0, tokens=0, step_ms=1.0)
-    assert fresh.warm_lookup([LookupText(code_lines(200, "other"))], GenerationSettings()) == 0
+    assert fresh.warm_lookup(text) > 1000
+    fresh.drafters.lookup.worth.record(read_ms=5.0, tokens=0, step_ms=1.0)
+    assert fresh.warm_lookup([LookupText(code_lines(200, "other"))]) == 0

@@ -1,15 +1,14 @@
-"""The n-gram drafter (prompt lookup): find the latest earlier occurrence of the sequence's
-last n tokens, longest n first, and propose what followed it."""
+"""Prompt lookup: find the latest earlier occurrence of the sequence's last n tokens, longest n
+first, and propose what followed it."""
 import pytest
 
-from engine.drafters import Sampling
-from engine.lookup import NgramDrafter
+from engine.drafters import LookupDrafter, Sampling
 
 GREEDY = Sampling()
 
 
 def propose(seq, k=4, max_ngram=3, special_ids=frozenset()):
-    drafter = NgramDrafter(max_ngram=max_ngram, special_ids=special_ids)
+    drafter = LookupDrafter(max_ngram=max_ngram, special_ids=special_ids)
     drafter.begin(seq)
     draft = drafter.propose(seq, b"", k, GREEDY)
     assert draft.q is None   # no probabilities: verified by sample-and-compare
@@ -97,7 +96,7 @@ def test_a_match_followed_by_a_special_token_is_skipped_for_an_earlier_one():
 
 
 def match(seq, k=4, max_ngram=3):
-    drafter = NgramDrafter(max_ngram=max_ngram)
+    drafter = LookupDrafter(max_ngram=max_ngram)
     return drafter.propose(seq, b"", k, GREEDY).match
 
 
@@ -111,8 +110,8 @@ def test_the_match_counts_every_token_before_the_proposal_that_matched():
 
 
 def test_a_match_in_the_remembered_completions_counts_too():
-    drafter = NgramDrafter()
-    drafter.remember([9, 8, 1, 2, 3, 4, 5])
+    drafter = LookupDrafter()
+    drafter.end([9, 8, 1, 2, 3, 4, 5])
     draft = drafter.propose([7, 7, 8, 1, 2, 3], b"", 2, GREEDY)
     assert (draft.tokens, draft.match) == ([4, 5], 4)
 
@@ -155,29 +154,37 @@ def test_the_byte_search_finds_what_a_plain_scan_finds():
     match across two ids must not count) and special ids, it proposes what a plain scan of the
     ids proposes, at every length of a growing sequence and after the sequence is replaced."""
     import random
-    from engine.lookup import _matched_before
+    from engine.drafters.lookup import matched_before
     rnd = random.Random(0)
     specials = frozenset({0})
     alphabet = [0, 1, 2, 3, 256, 257, 65536, 65537, 16777216]
     for trial in range(60):
-        drafter = NgramDrafter(max_ngram=3, special_ids=specials)
+        drafter = LookupDrafter(max_ngram=3, special_ids=specials)
         history = []
         for _ in range(rnd.randrange(0, 12)):        # (8 are kept)
             done = [rnd.choice(alphabet) for _ in range(rnd.randrange(2, 12))]
-            drafter.remember(done)
+            drafter.end(done)
             if len(done) > drafter.max_ngram:
                 history.append(done)
         seq = [rnd.choice(alphabet) for _ in range(rnd.randrange(1, 8))]
         for _ in range(40):
             k = rnd.randrange(1, 6)
-            got = drafter._near(seq, k)
+            got = drafter.near(seq, k)
             want = _reference_near(seq, history[-8:], k, 3, specials)
             if want is None:
                 assert got is None
             else:
                 name, out, start, n, source = want
                 assert (got.source, got.tokens) == (name, out), (seq, history)
-                assert got.match == n + _matched_before(source, start, seq, n)
+                assert got.match == n + matched_before(source, start, seq, n)
             seq.append(rnd.choice(alphabet))      # the engine's sequence grows in place
             if rnd.random() < 0.05:
                 seq = [rnd.choice(alphabet) for _ in range(len(seq))]   # another list, same length
+
+
+def test_the_worked_examples_in_the_lookup_module_hold():
+    import doctest
+
+    from engine.drafters import lookup
+    result = doctest.testmod(lookup)
+    assert result.attempted >= 2 and result.failed == 0

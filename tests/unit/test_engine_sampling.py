@@ -10,9 +10,8 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
-from engine.drafters import ModelDrafter, TextDrafter
-from engine.lookup import NgramDrafter
+from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
+from engine.drafters import DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter
 from engine.sampling import greedy_ids
 from engine.vocab import build_vocab
 from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, char_tokenizer, chi_square_ok, output_law
@@ -56,10 +55,10 @@ def _sample_pairs(target, drafters, prompt, draft_prompt, seed0, draft_length=2)
     counts = Counter()
     settings_base = dict(max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P, draft_length=draft_length)
     pool = KVPool(target.model, 2, 256)
-    memory = DraftMemory()      # shared: under auto the controller's choices vary from call to call
+    policy = Policy()      # shared: under auto the policy's choices vary from call to call
     for i in range(N_SAMPLES):
         r = speculative_generate(target, pool, drafters, prompt, GenerationSettings(seed=seed0 + i, **settings_base),
-                                 memory, draft_prompt=draft_prompt)
+                                 policy, draft_prompt=draft_prompt)
         counts[tuple(r.token_ids[:2])] += 1
     return counts
 
@@ -87,24 +86,24 @@ def test_sample_and_compare_other_vocabulary(small_models):
 
 
 @pytest.mark.parametrize("which", ["same-vocabulary", "other-vocabulary"])
-def test_sampling_with_lookup_and_draft_under_the_controller(small_models, which):
+def test_sampling_with_lookup_and_draft_under_the_policy(small_models, which):
     """Rounds drafted by prompt lookup (sample-and-compare), by the draft model (rejection
-    sampling or sample-and-compare) or by nobody, as the controller picks: still the target's
+    sampling or sample-and-compare) or by nobody, as the policy picks: still the target's
     distribution. "abcda" ends where it began, so the lookup has a proposal."""
     target, draft, other = small_models
     prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
     dist = _exact_two_token_dist(target, prompt)
     model, d_prompt = model_drafter(which, target, draft, other, PROMPT_TEXT)
-    drafters = Drafters(lookup=NgramDrafter(), model=model)
+    drafters = Drafters(lookup=LookupDrafter(), model=model)
     counts = _sample_pairs(target, drafters, prompt, d_prompt, 9000, draft_length="auto")
     assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 
 def test_sampling_with_datastore_proposals(small_models, tmp_path):
-    """Rounds drafted from a datastore of answers (engine/datastore.py), here one whose first
+    """Rounds drafted from a datastore of answers (engine/drafters/datastore.py), here one whose first
     token is the target's likeliest and one that is not: sample-and-compare keeps the target's
     distribution."""
-    from engine.datastore import Datastore, save
+    from engine.drafters.datastore import Datastore, save
 
     target, _, _ = small_models
     prompt = [0] + target.vocab.encode_text(PROMPT_TEXT)
@@ -113,10 +112,9 @@ def test_sampling_with_datastore_proposals(small_models, tmp_path):
     save(tmp_path / "store.npz", [(prompt, list(likely)), (prompt[1:], [likely[1], likely[0]])],
          target.tokenizer.get_vocab())
     store = Datastore.load(tmp_path / "store.npz", target.tokenizer.get_vocab())
-    lookup = NgramDrafter(datastore=store)
-    lookup.read()
-    assert lookup.propose(prompt, [], 2, None).source == "datastore"
-    counts = _sample_pairs(target, Drafters(lookup=lookup), prompt, None, 13000)
+    datastore = DatastoreDrafter(store)
+    assert datastore.propose(prompt, [], 2, None).source == "datastore"
+    counts = _sample_pairs(target, Drafters(lookup=LookupDrafter(), datastore=datastore), prompt, None, 13000)
     assert chi_square_ok(counts, dist, N_SAMPLES), (counts, dist)
 
 

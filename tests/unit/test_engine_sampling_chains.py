@@ -1,8 +1,8 @@
 """Sampled speculative output follows the target's law over whole outputs of several tokens,
 with drafts of 4-7 tokens verified in one round, for every drafter: the draft model with the
 target's vocabulary (rejection sampling with its q), the draft model with another tokenizer and
-prompt lookup (sample-and-compare), the datastore of answers, and the cost-aware controller
-mixing them (chains, trees, pairs).
+prompt lookup (sample-and-compare), the datastore of answers, and the cost-aware policy
+mixing them (chains, and trees of a free proposal and the draft model's chain).
 
 The models know one habit: text that goes round "abcd", now and then leaving it (they are
 trained a moment on such text). So prompt lookup's copies of the prompt's cycle and the drafts
@@ -18,11 +18,10 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-from engine import DraftMemory, Drafters, GenerationSettings, KVPool, LoadedModel, speculative_generate
-from engine.control import DraftController, VerifyCost
-from engine.datastore import Datastore, save
-from engine.drafters import ModelDrafter, TextDrafter
-from engine.lookup import NgramDrafter
+from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
+from engine.drafters import DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
+from engine.drafters.datastore import Datastore, save
+from engine.policy import KNOTS, Acceptance, Mean, VerifyCost, key
 from engine.vocab import build_vocab
 from tests.sampling_law import (MIN_EXPECTED, POOLED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
                                 output_law)
@@ -77,16 +76,16 @@ def _prompt(model: LoadedModel, text: str = CYCLE_TEXT) -> list[int]:
 
 
 def sample_outputs(target: LoadedModel, drafters: Drafters, prompt: list[int], seed0: int,
-                   draft_length="auto", memory: DraftMemory | None = None,
+                   draft_length="auto", policy: Policy | None = None,
                    draft_prompt=None) -> tuple[list[list[int]], DraftCounts]:
     """N sampled calls (seeds seed0...), with what their drafters did."""
     pool = KVPool(target.model, 2, 256)
-    memory = memory or DraftMemory()
+    policy = policy or Policy()
     outputs, counts = [], DraftCounts()
     for i in range(N):
         settings = GenerationSettings(max_new_tokens=NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K,
                                       top_p=TOP_P, draft_length=draft_length, seed=seed0 + i)
-        r = speculative_generate(target, pool, drafters, prompt, settings, memory, draft_prompt=draft_prompt)
+        r = speculative_generate(target, pool, drafters, prompt, settings, policy, draft_prompt=draft_prompt)
         outputs.append(r.token_ids)
         counts.add(r.stats)
     return outputs, counts
@@ -134,7 +133,7 @@ def test_sample_and_compare_of_long_drafts_from_another_tokenizer(cycle_models):
 def test_prompt_lookup_of_long_copies(cycle_models):
     target, _, _ = cycle_models
     prompt = _prompt(target)
-    outputs, counts = sample_outputs(target, Drafters(lookup=NgramDrafter()), prompt, 3000, DRAFT_LENGTH)
+    outputs, counts = sample_outputs(target, Drafters(lookup=LookupDrafter()), prompt, 3000, DRAFT_LENGTH)
     assert counts.rounds_by_drafter["lookup"] >= N and counts.mostly_long(0.75), counts
     assert law_of(target, prompt).fits(outputs), counts
 
@@ -150,7 +149,7 @@ def answers_store(path, target: LoadedModel, prompt: list[int], answers: int = 6
     pool = KVPool(target.model, 2, 256)
     settings = dict(max_new_tokens=2 * NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P)
     written = [speculative_generate(target, pool, Drafters(), prompt, GenerationSettings(seed=90_000 + i, **settings),
-                                    DraftMemory()).token_ids for i in range(answers)]
+                                    Policy()).token_ids for i in range(answers)]
     save(path, [(prompt, ids) for ids in written], target.tokenizer.get_vocab())
     return Datastore.load(path, target.tokenizer.get_vocab())
 
@@ -158,44 +157,49 @@ def answers_store(path, target: LoadedModel, prompt: list[int], answers: int = 6
 def test_datastore_proposals_of_long_answers(cycle_models, tmp_path):
     target, _, _ = cycle_models
     prompt = _prompt(target, STORE_PROMPT_TEXT)
-    lookup = NgramDrafter(datastore=answers_store(tmp_path / "store.npz", target, prompt))
-    lookup.read()
-    outputs, counts = sample_outputs(target, Drafters(lookup=lookup), prompt, 4000, DRAFT_LENGTH)
-    from_store = lookup.stats.proposed.get("datastore", 0)
-    assert from_store > 0.75 * counts.rounds_by_drafter["lookup"], (lookup.stats, counts)
-    assert lookup.stats.tokens["datastore"] >= 4 * from_store, lookup.stats
+    store = DatastoreDrafter(answers_store(tmp_path / "store.npz", target, prompt))
+    outputs, counts = sample_outputs(target, Drafters(lookup=LookupDrafter(), datastore=store), prompt, 4000,
+                                     DRAFT_LENGTH)
+    by = counts.rounds_by_drafter
+    assert by["datastore"] > 0.75 * (by["lookup"] + by["datastore"]), counts
+    assert counts.drafted_by["datastore"] >= 4 * by["datastore"], counts
     assert counts.mostly_long(0.75), counts
     assert law_of(target, prompt).fits(outputs), counts
 
 
-def costed_memory() -> DraftMemory:
-    """The cost-aware controller with its costs and acceptance given and frozen, so that its
-    plans are reproducible: a verify pass costs 1 ms and 0.05 ms a token more, a draft model
-    step 0.1 ms, the draft model's tokens are right 0.8 of the time (lookup's classes keep
-    their priors). Under these it plans each kind of round by what lookup offers: chains of
-    lookup or of the draft model, trees of both, and pairs of lookup's two proposals."""
-    c = DraftController(frozen=True, verify=VerifyCost(one_ms=1.0, per_token_ms=0.05, seen=True))
-    c.model.step_ms, c.model.begin_ms, c.model.prior = 0.1, 0.0, 0.8
-    return DraftMemory(controller=c)
+def costed_policy() -> Policy:
+    """The policy with its costs and acceptance given and frozen, so that its plans are
+    reproducible: a verify pass costs 1 ms and 0.05 ms a token more, a draft model step 0.1 ms,
+    the draft model's tokens are right 0.8 of the time, and a free proposal's (prompt lookup's,
+    the datastore's) from 0.35 after one matched token to 0.9 after 16. Under these it plans each
+    kind of round by what the free drafters offer: chains of lookup, of the datastore or of the
+    draft model, and trees of a free proposal and the model's chain."""
+    verify = VerifyCost(knots=[1.0 + 0.05 * (2 ** j - 1) for j in range(KNOTS)], seen=True)
+    acceptance = {"model": Acceptance(0.8)}
+    for match, p in ((1, 0.35), (2, 0.5), (4, 0.6), (8, 0.75), (16, 0.9)):
+        for name, source in (("lookup", "prompt"), ("lookup", "completions"), ("datastore", "datastore")):
+            acceptance[key(name, Draft([], match=match, source=source))] = Acceptance(p)
+    return Policy(frozen=True, verify=verify, acceptance=acceptance, model_begin=Mean(0.0),
+                  model_first=Mean(0.1), model_step=Mean(0.1))
 
 
 @pytest.mark.parametrize("which", ["same-vocabulary", "other-vocabulary"])
-def test_the_controller_mixing_lookup_datastore_and_draft_model(cycle_models, tmp_path, which):
-    """draft_length auto: prompt lookup (the prompt's copies and a datastore of answers to
-    another prompt) and the draft model, as chains, trees and pairs, as the controller plans."""
+def test_the_policy_mixing_lookup_datastore_and_draft_model(cycle_models, tmp_path, which):
+    """draft_length auto: prompt lookup (the prompt's copies), a datastore of answers to another
+    prompt and the draft model, as chains and trees, as the policy plans."""
     target, same, other = cycle_models
     prompt = _prompt(target)
     store = answers_store(tmp_path / "store.npz", target, _prompt(target, STORE_PROMPT_TEXT))
-    lookup = NgramDrafter(datastore=store)
-    lookup.read()
+    free = dict(lookup=LookupDrafter(), datastore=DatastoreDrafter(store))
     if which == "same-vocabulary":
-        drafters, draft_prompt = Drafters(lookup=lookup, model=ModelDrafter(KVPool(same.model, 2, 256))), None
+        drafters, draft_prompt = Drafters(**free, model=ModelDrafter(KVPool(same.model, 2, 256))), None
     else:
-        drafters = Drafters(lookup=lookup, model=TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab))
+        drafters = Drafters(**free, model=TextDrafter(KVPool(other.model, 2, 256), other.vocab, target.vocab))
         draft_prompt = _prompt(other)
     outputs, counts = sample_outputs(target, drafters, prompt, 5000 if which == "same-vocabulary" else 6000,
-                                     memory=costed_memory(), draft_prompt=draft_prompt)
+                                     policy=costed_policy(), draft_prompt=draft_prompt)
     by = counts.rounds_by_drafter
-    assert all(by[kind] > 0.02 * counts.rounds for kind in ("lookup", "model", "tree", "pair")), counts
+    trees = sum(n for kind, n in by.items() if "+" in kind)
+    assert all(n > 0.02 * counts.rounds for n in (by["lookup"] + by["datastore"], by["model"], trees)), counts
     assert counts.tree_passes > 0.05 * counts.rounds and counts.mostly_long(0.5), counts
     assert law_of(target, prompt).fits(outputs), counts

@@ -110,7 +110,7 @@ def test_engine_keeps_what_it_learned_between_requests(pair):
     t_ids, d_ids = _prompts(pair, "x = 1\n")
     first = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=20))
     second = pair.generate(t_ids, d_ids, GenerationSettings(max_new_tokens=20))
-    assert second.stats.controller["rounds"] == first.stats.controller["rounds"] + second.stats.rounds > 0
+    assert second.stats.policy["rounds"] == first.stats.policy["rounds"] + second.stats.rounds > 0
 
 
 @pytest.mark.parametrize("which", [0, 1])
@@ -157,7 +157,7 @@ def test_a_draft_stops_before_the_token_that_decides_the_answer():
     draft token: when the draft is right up to it, the target's own next token is that token,
     and anything the round adds after it lies past the answer's end. A draft of nothing but
     that token is no draft."""
-    from engine.generate import _trim_past_stop
+    from engine.loop import cut_before_stop
     from engine.models import load_model
     from engine.settings import TextStop
     vocab = load_model("default", "target", device="cpu").vocab
@@ -165,10 +165,10 @@ def test_a_draft_stops_before_the_token_that_decides_the_answer():
     cand = vocab.encode_text(" beta)\n        return total")
     deciding = next(i for i, t in enumerate(cand) if b"\n" in vocab.bytes_of([t]))
     assert deciding > 0
-    assert _trim_past_stop(cand, b"alpha,", vocab, line_end) == cand[:deciding]
-    assert _trim_past_stop(vocab.encode_text("\n    x"), b"y = 1", vocab, line_end) == []
+    assert cut_before_stop(cand, b"alpha,", vocab, line_end) == cand[:deciding]
+    assert cut_before_stop(vocab.encode_text("\n    x"), b"y = 1", vocab, line_end) == []
     no_stop = vocab.encode_text(" beta, gamma")
-    assert _trim_past_stop(no_stop, b"alpha,", vocab, line_end) == no_stop
+    assert cut_before_stop(no_stop, b"alpha,", vocab, line_end) == no_stop
 
 
 def test_lookup_drafts_cut_before_a_line_end_give_the_target_alone_answer():

@@ -30,13 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .control import DATASTORE_SOURCE
-from .drafters import Draft
+from .base import Draft
 
-MAX_MATCH = 16              # ids compared at most (the controller's top class is 16+)
+MAX_MATCH = 16              # ids compared at most
 CONTEXT = 16                # prompt ids stored in front of each answer (FIM sentinels, the line)
 SEP = 0x7FFFFFFF            # between answers: above every token id, and never matched
-MAX_PROPOSAL = 64           # ids proposed at most (the engine asks for up to 16)
+MAX_PROPOSAL = 64           # ids proposed at most (the engine asks for up to MAX_DRAFT_LENGTH)
 PROPOSAL_CACHE = 4096       # proposals kept by the run they follow
 MAX_VOTERS = 32             # occurrences a proposal is voted from (evenly spread over the block)
 # The proposal stops where fewer than this share of the occurrences still agreeing go on with
@@ -181,7 +180,7 @@ class Datastore:
             ids = self._proposals[cache_key] = self._vote(prefix, at - 1 if before == match else at, k, special_ids)
             if len(self._proposals) > PROPOSAL_CACHE:
                 del self._proposals[next(iter(self._proposals))]    # the oldest
-        return Draft(list(ids), match=match, source=DATASTORE_SOURCE) if ids else None
+        return Draft(list(ids), match=match, source="datastore") if ids else None
 
     def _vote(self, prefix: bytes, inside: int, k: int, special_ids) -> tuple[int, ...]:
         """The majority continuation of the occurrences of `prefix` (a run of ids, reversed),
@@ -268,6 +267,31 @@ def _majority(conts: list[bytes], k: int, special_ids) -> list[int]:
         out.append(best)
         a, b, j = start, start + top, j + 1
     return out
+
+
+class DatastoreDrafter:
+    """The datastore as a drafter: what the target wrote after the longest run of ids that ends
+    the sequence, elsewhere."""
+    name, free = "datastore", True
+
+    def __init__(self, store: Datastore, special_ids=frozenset()):
+        self.store = store
+        self.special_ids = frozenset(special_ids)
+
+    def begin(self, prompt, draft_prompt=None) -> tuple[int, int]:
+        return 0, 0
+
+    def propose(self, seq, generated, k, sampling) -> Draft:
+        return self.store.find(seq, k, self.special_ids) or Draft([])
+
+    def end(self, answer) -> None:
+        pass
+
+    def forward_ms(self) -> float:
+        return 0.0
+
+    def clear(self) -> None:
+        pass
 
 
 def resolve(setting: str, target_dir: str | None) -> Path | None:

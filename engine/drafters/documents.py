@@ -1,40 +1,29 @@
-"""Prompt lookup: a drafter with no model. It copies what followed an earlier occurrence of the
-last few tokens: in the request's own ids, in recent completions, and in the text of the
-document and of other open documents beyond the prompt's window.
+"""The documents prompt lookup reads beyond the prompt: the rest of the document being completed
+and the other open documents, as blocks of target ids indexed for lookup.
 
-Those texts are cut into blocks of lines (`line_blocks`), each tokenized with the target's
-tokenizer and indexed once (`Block`: each run of KEY_NGRAM ids -> the latest position it ends
-at), cached by the block's text (`BlockIndex`), so a keystroke re-tokenizes only the block it
-touched; each text's cut into blocks is kept too, and so is the last request's corpus, so a
-keystroke inside the prompt's lines reads nothing again. Each round looks the sequence's last
-KEY_NGRAM ids up in every block of the request (`Corpus`) and keeps the occurrence that matches
-the most tokens before them: the match length, and whether the copy comes from the documents,
-tell the controller how far to trust a proposal (engine/control.py keeps an estimate per
-class). Where a datastore of what the target wrote elsewhere (engine/datastore.py) matches more
-ids before its proposal than the text did, it proposes instead.
+The texts are cut into blocks of lines (`line_blocks`), each tokenized with the target's tokenizer
+and indexed once (`Block`: each run of KEY_NGRAM ids -> the latest position it ends at), cached
+by the block's text (`BlockIndex`), so a keystroke re-tokenizes only the block it touched; each
+text's cut into blocks is kept too, and so is the last request's corpus, so a keystroke inside
+the prompt's lines reads nothing again. A request's blocks (`Corpus`) are looked up by the
+sequence's last KEY_NGRAM ids, and the occurrence that matches the most tokens before them wins.
+Reading them costs a request a few milliseconds; `DocumentsWorth` skips them while they do not pay.
 """
 from __future__ import annotations
 
 import time
 from array import array
-from bisect import bisect_right
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .control import DOCUMENT_SOURCE, DOCUMENT_SOURCES, OPEN_DOCUMENTS_SOURCE
-from .datastore import MAX_MATCH as STORE_MAX_MATCH, Datastore
-from .drafters import Draft
+from .base import Draft
 
-# A lookup match this long is as good as any longer one (measured: from about 6 matched tokens
-# on, the first proposed token is right ~96-100% of the time, against ~30% after 1-4).
-MAX_MATCH = 32
-HISTORY_SEP = -1     # after each recent completion in their joined ids: never a token id
+DOCUMENT, OPEN_DOCUMENTS = "document", "open documents"   # Draft.source of a copy from them
+MAX_MATCH = 32       # a lookup match this long is as good as any longer one (counted no further)
 
 # Blocks are looked up by the sequence's last KEY_NGRAM ids: an occurrence in the documents
-# must match at least that many. Measured with the shipped pair at end-of-line positions of
-# real held-out files: a document match of 4-7 tokens proposed the target's next token 0.3-0.5
-# of the time (a prompt match of that length 0.7-0.9), one of 9 or more 0.8-1.0.
+# must match at least that many (shorter matches there rarely propose what the target writes).
 KEY_NGRAM = 8
 
 # Blocks end at a blank line once they have BLOCK_MIN_LINES lines, and at BLOCK_MAX_LINES lines
@@ -47,23 +36,18 @@ MAX_REQUEST_TOKENS = 32768       # tokens looked up per request, blocks nearest 
 MAX_NEW_TOKENS = 8192            # tokens tokenized per request: a new large file fills in over requests
 MAX_CACHED_TOKENS = 65536        # tokens kept indexed across requests (least recently used go)
 # Texts whose cut into blocks is kept across requests (the document's two sides beyond the prompt,
-# other open documents): a keystroke changes the lines the prompt holds, not those. Cutting 6,500
-# lines into blocks took 0.75 ms a request, comparing them with the last request's 0.08 ms (a
-# throwaway timing); `python -m bench.lookup_cost` times the whole read ("documents read").
+# other open documents): a keystroke changes the lines the prompt holds, not those, and comparing
+# them with the last request's costs a tenth of cutting them again.
 MAX_KEPT_CUTS = 16
 # Blocks not cached go to the tokenizer this many at a time, in reading order: the first block a
-# request misses and the ones it would miss next, up to a cached one. One call for many texts skips the per-call
-# overhead and, where the tokenizers release has it, the character offsets: on the real held-out
-# files of bench.end_of_line, with the tokenizer on one thread, their blocks were tokenized
-# 1.4-1.5x faster and a file's first read (tokenizing and indexing) took 1.2-1.35x less time
-# (throwaway timings, 2026-12-06).
+# request misses and the ones it would miss next, up to a cached one. One call for many texts
+# skips the per-call overhead (and, where the tokenizers release has it, the character offsets).
 TOKENIZE_BATCH = 16
-# Fewer bytes a token than code takes (the shipped target: 3.3-3.5 in the files above), so a
-# batch guessed to fit a request's tokenizing budget seldom tokenizes much past it (what is past
-# it is dropped, not indexed: the request reads the blocks it read one by one).
+# Fewer bytes a token than code takes, so a batch guessed to fit a request's tokenizing budget
+# seldom tokenizes much past it (what is past it is dropped, not indexed).
 BYTES_PER_TOKEN_LOW = 3
 # Blocks a tokenizer call when indexing ahead of requests (BlockIndex.warm): a request that
-# arrives meanwhile waits for one such call (~0.3 ms here) before its own work starts.
+# arrives meanwhile waits for one such call before its own work starts.
 WARM_BATCH = 4
 
 
@@ -271,7 +255,7 @@ class BlockIndex:
 @dataclass
 class Segment:
     """A contiguous text as its block texts, in document order: a continuation runs on into the next."""
-    source: str              # DOCUMENT_SOURCE (the one being completed) or OPEN_DOCUMENTS_SOURCE
+    source: str              # DOCUMENT (the one being completed) or OPEN_DOCUMENTS
     texts: list[str]
     nearest_last: bool = False   # the document before the cursor: its last block is the nearest
 
@@ -282,7 +266,7 @@ def _segments(texts: Sequence[LookupText], cut=line_blocks) -> list[Segment]:
     for t in texts:
         lines = t.lines
         if t.cursor is None:
-            out.append(Segment(OPEN_DOCUMENTS_SOURCE, cut(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
+            out.append(Segment(OPEN_DOCUMENTS, cut(lines, 0, min(len(lines), 2 * WINDOW_LINES))))
             continue
         line, char = t.cursor
         if not 0 <= line < len(lines):
@@ -294,7 +278,7 @@ def _segments(texts: Sequence[LookupText], cut=line_blocks) -> list[Segment]:
         else:
             before = [*lines[max(0, line - WINDOW_LINES):line], lines[line][:char]]
             after = [lines[line][char:], *lines[line + 1:line + 1 + WINDOW_LINES]]
-        out += [Segment(DOCUMENT_SOURCE, cut(before), nearest_last=True), Segment(DOCUMENT_SOURCE, cut(after))]
+        out += [Segment(DOCUMENT, cut(before), nearest_last=True), Segment(DOCUMENT, cut(after))]
     return out
 
 
@@ -302,11 +286,11 @@ def _reading_order(segments: list[Segment]) -> list[tuple[int, int]]:
     """(segment, block) pairs, nearest first: the document's two sides take turns block by block
     from the cursor, then the other documents from their tops, newest document first."""
     sides = [[(s, i) for i in (reversed(range(len(seg.texts))) if seg.nearest_last else range(len(seg.texts)))]
-             for s, seg in enumerate(segments) if seg.source == DOCUMENT_SOURCE]
+             for s, seg in enumerate(segments) if seg.source == DOCUMENT]
     order = []
     for turn in range(max(map(len, sides), default=0)):
         order += [side[turn] for side in sides if turn < len(side)]
-    return order + [(s, i) for s, seg in enumerate(segments) if seg.source != DOCUMENT_SOURCE for i in range(len(seg.texts))]
+    return order + [(s, i) for s, seg in enumerate(segments) if seg.source != DOCUMENT for i in range(len(seg.texts))]
 
 
 @dataclass
@@ -391,9 +375,8 @@ def _match_len(ids, end: int, seq: list[int]) -> int:
     return m
 
 
-# Reading the documents (cutting them into blocks, tokenizing and indexing those not cached: 1-13
-# ms a request at end-of-line positions of real files, `python -m bench.suite`) pays only where
-# the target copies from them. Requests skip them where, on average over the requests that read
+# Reading the documents (cutting them into blocks, tokenizing and indexing those not cached) pays
+# only where the target copies from them. Requests skip them where, on average over the requests that read
 # them, their proposals saved less than reading took (DocumentsWorth), and every
 # DOCUMENTS_PROBE-th request reads them again.
 DOCUMENTS_PROBE = 16
@@ -416,262 +399,3 @@ class DocumentsWorth:
     def record(self, read_ms: float, tokens: int, step_ms: float) -> None:
         self.gain_ms += DOCUMENTS_EMA * (tokens * step_ms - read_ms - self.gain_ms)
         self.skipped = 0
-
-
-@dataclass
-class LookupStats:
-    """What one request's lookup proposed, by where it found it, and how much of it the target
-    wrote too (whether or not the controller drafted it)."""
-    proposed: dict = field(default_factory=dict)    # source -> proposals
-    tokens: dict = field(default_factory=dict)      # source -> tokens proposed
-    agreed: dict = field(default_factory=dict)      # source -> of those, the target wrote
-
-    def as_dict(self) -> dict:
-        return {"proposed": dict(self.proposed), "tokens": dict(self.tokens), "agreed": dict(self.agreed)}
-
-
-class NgramDrafter:
-    """Prompt lookup: find an earlier occurrence of the last tokens, copy what followed.
-    Searches the request's own ids first (the latest occurrence of the last 3, 2 or 1 ids), then
-    the last few completions (`remember`: what was just suggested is often what gets typed and
-    asked for again), then the blocks of the texts given by `read` (the document beyond the
-    prompt, other open documents), where an occurrence must match KEY_NGRAM ids or more. The
-    proposal that matched the most tokens before it wins; the nearer one among equals. The
-    `datastore` of the target's own answers (engine/datastore.py), when there is one, proposes
-    instead where its match is longer than the text's: on ties the text wins, as a copy from
-    the request's own text is right more often than a stored answer after a run of the same
-    length (against the earlier rule, the store wherever the text matched fewer than 6 tokens:
-    as many or more tokens of each proposal written by the target on every workload but one,
-    end of line with a smaller store; README, "The target's own answers as a drafter")."""
-    kind = "ngram"
-    draft_calls = 0
-
-    def __init__(self, max_ngram: int = 3, special_ids=frozenset(), history: int = 8,
-                 index: BlockIndex | None = None, datastore: Datastore | None = None):
-        self.max_ngram = max_ngram
-        self.datastore = datastore
-        self.special_ids = special_ids
-        self.history: deque[list[int]] = deque(maxlen=history)   # recent completions, oldest first
-        # ... joined (each followed by HISTORY_SEP), as ids and as 4-byte ids, with where each
-        # starts: one search finds the latest occurrence in the newest completion that has one
-        self._history_ids: list[int] = []
-        self._history_bytes = b""
-        self._history_starts: list[int] = []
-        self._history_stops = frozenset(special_ids) | {HISTORY_SEP}
-        self._seq: list[int] | None = None      # the sequence _bytes_of last saw, and its bytes
-        self._seq_bytes, self._seq_len = bytearray(), 0
-        self.index = index
-        self.corpus = Corpus()
-        # what the request gave `read`, until its first search needs the blocks (_documents)
-        self._unread: tuple[Sequence[LookupText], int] | None = None
-        self.documents_worth = DocumentsWorth()
-        self._read_documents = False    # the request read blocks of them (judged at its end: `remember`)
-        self._skipped_documents = False     # ... or skipped them (DocumentsWorth)
-        self.stats = LookupStats()
-        self._last: tuple[str, int, list[int]] | None = None   # (source, where in seq it starts, tokens)
-        self._prompt_len: int | None = None     # the request's prompt, seen at its first proposal
-
-    def begin(self, target_prompt, draft_prompt=None) -> tuple[int, int]:
-        return (0, 0)
-
-    def forward_ms(self) -> float:
-        return 0.0
-
-    def clear(self) -> None:
-        # The block index stays: it holds tokenized text, not model state.
-        self.history.clear()
-        self._join_history()
-
-    def _join_history(self) -> None:
-        ids, starts = [], []
-        for h in self.history:
-            starts.append(len(ids))
-            ids += h
-            ids.append(HISTORY_SEP)
-        self._history_ids, self._history_starts = ids, starts
-        self._history_bytes = array("i", ids).tobytes()
-
-    def read(self, texts: Sequence[LookupText] = (), max_tokens: int = MAX_REQUEST_TOKENS,
-             judged: bool = True) -> None:
-        """The texts the next request looks up besides its own ids (none: only those). They are
-        cut into blocks and tokenized at the request's first search, not here: an answer that
-        the prefill's token ends (a quarter of the keystroke replay's) never pays for them.
-        `judged`: the request will say what a target step costs (`remember`), so it may skip
-        them where reading them has not paid (DocumentsWorth); other requests always read them."""
-        self.stats, self._last, self._prompt_len = LookupStats(), None, None
-        self.corpus = Corpus()
-        self._read_documents = False
-        self._skipped_documents = False
-        if texts and self.index is not None and judged:
-            self.documents_worth.skipped += 1
-            self._skipped_documents = not self.documents_worth.wanted()
-            if self._skipped_documents:
-                texts = ()
-        self._unread = (texts, max_tokens) if texts and self.index is not None else None
-
-    def _documents(self) -> Corpus:
-        """The request's blocks beyond the prompt, read the first time a search asks."""
-        if self._unread is not None:
-            texts, max_tokens = self._unread
-            self._unread = None
-            self.corpus = self.index.corpus(texts, max_tokens)
-            self._read_documents = bool(self.corpus.blocks)   # (no blocks: nothing to judge)
-        return self.corpus
-
-    def summary(self) -> dict:
-        """The latest request's lookup: proposals, tokens proposed and tokens the target wrote
-        too, by where they were found; the blocks and tokens it read beyond the prompt, the
-        tokens it had to tokenize for that and the time it took, or that it skipped them
-        (DocumentsWorth) and what reading them has gained on average; blocks tokenized since the
-        start (cache misses) and tokens tokenized ahead of requests (`BlockIndex.warm`)."""
-        out = self.stats.as_dict()
-        if self.index is not None:
-            s = self.index.stats
-            out.update(blocks=len(self.corpus.blocks), block_tokens=self.corpus.tokens,
-                       read_tokenized=s.last_tokenized if self.corpus.blocks else 0,
-                       read_ms=round(s.last_ms, 3) if self.corpus.blocks else 0.0,
-                       blocks_tokenized=s.blocks_tokenized, cached_tokens=self.index.cached_tokens,
-                       warmed_tokens=s.tokens_warmed, documents_skipped=self._skipped_documents,
-                       documents_gain_ms=round(self.documents_worth.gain_ms, 3))
-        return out
-
-    def remember(self, completion: list[int], step_ms: float | None = None) -> None:
-        """The request's answer: scores lookup's last proposal, keeps the answer for later
-        requests, and where the request read blocks of the documents and `step_ms` (a target
-        step's cost) is given, what reading them gained (DocumentsWorth; the engine gives no
-        step for a cancelled request, which paid the whole read for part of an answer)."""
-        if self._last is not None and self._prompt_len is not None:
-            source, at, tokens = self._last
-            self._score(source, completion[at - self._prompt_len:], tokens)
-        self._last, self._prompt_len = None, None
-        if self._read_documents and step_ms is not None:
-            written = sum(self.stats.agreed.get(source, 0) for source in DOCUMENT_SOURCES)
-            self.documents_worth.record(self.index.stats.last_ms, written, step_ms)
-        if len(completion) > self.max_ngram:
-            self.history.append(list(completion))
-            self._join_history()
-
-    def propose(self, seq, generated, k, sampling) -> Draft:
-        if self._prompt_len is None:
-            self._prompt_len = len(seq)
-        if self._last is not None:    # how much of the previous proposal the target wrote
-            source, at, tokens = self._last
-            self._score(source, seq[at:], tokens)
-        found, stored = self.candidates(seq, k)
-        if stored is not None:
-            taken, left = (stored, found) if found is None or stored.match > found.match else (found, stored)
-            # the one left may be verified beside it (a "pair" round), where the two part (both
-            # are this call's own Drafts: set in place, not copied by dataclasses.replace)
-            if left is not None and parts(taken.tokens, left.tokens):
-                taken.other = left
-            found = taken
-        if found is None:
-            self._last = None
-            return Draft([])
-        s = self.stats
-        s.proposed[found.source] = s.proposed.get(found.source, 0) + 1
-        s.tokens[found.source] = s.tokens.get(found.source, 0) + len(found.tokens)
-        self._last = (found.source, len(seq), found.tokens)
-        return found
-
-    def candidates(self, seq: list[int], k: int) -> tuple[Draft | None, Draft | None]:
-        """Both proposals for what follows `seq` (each None where there is none): the text's
-        (the request's own ids and recent completions, then the documents where those matched
-        fewer than MAX_MATCH tokens) and the datastore's (asked while the text's matched fewer
-        than the store's longest run)."""
-        text = self._near(seq, k)
-        if k > 0 and (text is None or text.match < MAX_MATCH) and self._documents().blocks:
-            far = self.corpus.find(seq, k, text.match if text else 0, self.special_ids)
-            if far is not None:
-                text = far
-        stored = None
-        if self.datastore is not None and k > 0 and (text is None or text.match < STORE_MAX_MATCH):
-            stored = self.datastore.find(seq, k, self.special_ids)
-        return text, stored
-
-    def _score(self, source: str, written: Sequence[int], tokens: list[int]) -> None:
-        n = 0
-        while n < len(tokens) and n < len(written) and written[n] == tokens[n]:
-            n += 1
-        self.stats.agreed[source] = self.stats.agreed.get(source, 0) + n
-
-    def _near(self, seq: list[int], k: int) -> Draft | None:
-        """The latest occurrence of seq's last 3, 2 or 1 ids (the longest first) in seq itself,
-        else in the recent completions (the newest first), that has something after it. A copy
-        from seq itself that runs into seq's end goes on as the period it found (`_repeated`)."""
-        if k <= 0:      # (a slice by a negative k would take ids from the end)
-            return None
-        seq_bytes = self._bytes_of(seq)
-        for n in range(min(self.max_ngram, len(seq) - 1), 0, -1):
-            tail = seq_bytes[-4 * n:]
-            out, start = self._follow(seq_bytes, seq, tail, k, self.special_ids)
-            if out:
-                if len(out) < k and start + n + len(out) == len(seq):
-                    out = _repeated(out, k)
-                return Draft(out, match=n + _matched_before(seq, start, seq, n), source="prompt")
-            if self._history_starts:
-                out, start = self._follow(self._history_bytes, self._history_ids, tail, k, self._history_stops)
-                if out:
-                    c = bisect_right(self._history_starts, start) - 1
-                    at = self._history_starts[c]
-                    return Draft(out, match=n + _matched_before(self.history[c], start - at, seq, n),
-                                 source="completions")
-        return None
-
-    def _bytes_of(self, seq: list[int]) -> bytes:
-        """`seq` as 4-byte ids, searched with bytes.rfind (C speed). The engine only appends to
-        a request's sequence (never changes an id in place), so the bytes of the same list grow
-        by its new ids; another list is converted whole."""
-        done = self._seq_len
-        if seq is not self._seq or done > len(seq):
-            self._seq, self._seq_bytes, self._seq_len, done = seq, bytearray(), 0, 0
-        if len(seq) > done:
-            self._seq_bytes += array("i", seq[done:]).tobytes()
-            self._seq_len = len(seq)
-        return self._seq_bytes
-
-    @staticmethod
-    def _follow(source: bytes, ids: list[int], tail: bytes, k: int, stops: frozenset) -> tuple[list[int], int]:
-        """What follows the latest occurrence of `tail` (4-byte ids) in `source` (the bytes of
-        `ids`) that has something after it (up to an id in `stops`), and where that occurrence
-        starts (in ids)."""
-        n, end = len(tail) // 4, len(source) - 4
-        while (at := source.rfind(tail, 0, end)) >= 0:
-            end = at + len(tail) - 1      # the next search: occurrences starting before this one
-            if at % 4:                    # across ids: not an occurrence
-                continue
-            start = at // 4
-            out = []
-            for t in ids[start + n:start + n + k]:
-                if t in stops:
-                    break
-                out.append(t)
-            if out:
-                return out, start
-        return [], -1
-
-
-def _repeated(copy: list[int], k: int) -> list[int]:
-    """A copy that ran into the sequence's end, continued for k ids as the period it found: the
-    ids since the matched n-gram's earlier occurrence, again and again (what looking the same
-    n-gram up in seq + copy, and so on, would propose). Repeated lines and runs of one token are
-    where this pays; README, "Periodic copies", has the figures."""
-    period = len(copy)
-    return [copy[i % period] for i in range(k)]
-
-
-def parts(a: list[int], b: list[int]) -> bool:
-    """Do the chains `a` and `b` differ at a position both have (at once or after a common
-    prefix)? Only then does a tree of the two hold a token that neither alone does."""
-    n = min(len(a), len(b))
-    return a[:n] != b[:n]
-
-
-def _matched_before(source: list[int], start: int, seq: list[int], n: int) -> int:
-    """How many tokens before the matched n-gram (source[start:start + n] == seq[-n:]) match
-    too, up to MAX_MATCH - n: a long match predicts its continuation far better than a short one."""
-    m = 0
-    while n + m < MAX_MATCH and start - m - 1 >= 0 and len(seq) - n - m - 1 >= 0 \
-            and source[start - m - 1] == seq[len(seq) - n - m - 1]:
-        m += 1
-    return m

@@ -1,0 +1,301 @@
+"""What each round verifies: the chains, and how long, that give the most new tokens per
+millisecond by what the engine has measured so far.
+
+A chain of k tokens whose i-th is accepted with probability p_i (given the ones before it were)
+yields E(k) = 1 + p_1 + p_1 p_2 + ... + p_1...p_k tokens (the target adds one of its own) and costs
+draft(k) + verify(k + 1) ms. Two chains verified in one tree pass (engine/tree.py), taken as
+independent, yield 1 + the sum over depths i of P(one of them holds to depth i). Each round weighs
+no draft (1 token for verify(1)), each free proposal (prompt lookup, the datastore: found before
+the plan, any prefix of it), the draft model at every k, and a tree of the best free proposal and
+the model's chain, and takes the best rate.
+
+What it measures:
+- acceptance by position (`Acceptance`): the draft model's, and a free drafter's per source and
+  bucket of match length (`key`). Unmeasured, a proposal that followed m matched ids is trusted
+  m / (m + 1) at every position (the rule of succession), the draft model MODEL_PRIOR. Free
+  proposals are scored every round against what the target wrote, verified or not.
+- verify(w), the target's cost to score w tokens in one pass (`VerifyCost`), and what a tree pass
+  costs beyond a chain pass of its width;
+- the draft model's prefill (paid by the first round of a request that uses it), its first pass
+  of a round (which catches up on the text written without it) and its further steps. It drafts
+  once before anything is known of it, and again every PROBE_EVERY rounds it sits out.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .drafters import Draft
+from .kv import common_prefix_len
+from .settings import MAX_DRAFT_LENGTH
+
+PROBE_EVERY = 64      # rounds without the draft model before it drafts again
+DECAY = 0.97          # weight of an estimate's older observations (it follows the text)
+PRIOR_WEIGHT = 2.0    # observations the prior acceptance counts as
+MODEL_PRIOR = 0.5     # a draft model's acceptance before it is measured
+RATE = 0.1            # weight of a new cost measurement, once 1 / RATE have been averaged
+MAX_JUMP = 4.0        # a cost measurement counts as at most this many times the estimate
+KNOTS = 7             # VerifyCost's knots: widths 1, 2, 4, ..., 64 (two chains of MAX_DRAFT_LENGTH fit)
+PER_DOUBLING = 0.25   # VerifyCost's prior: each doubling of the width costs this share of verify(1) more
+MAX_ERROR = 0.5       # a measurement moves VerifyCost by at most this share of its value there
+_LOG2 = [0.0] + [math.log2(w) for w in range(1, 2 ** (KNOTS - 1) + 1)]
+
+
+def bucket(match: int) -> int:
+    """The fewest matched ids of a proposal's bucket: 1, 2 (2-3), 4 (4-7), 8 (8-15) or 16 (16+);
+    0 for a proposal not found by matching."""
+    return 1 << min(4, match.bit_length() - 1) if match > 0 else 0
+
+
+def key(drafter: str, draft: Draft | None = None) -> str:
+    """The estimate a proposal is judged by: its drafter's, and for proposals found by matching,
+    per source and bucket of match length."""
+    low = bucket(draft.match) if draft is not None else 0
+    if not low:
+        return drafter
+    source = f" {draft.source}" if draft.source != drafter else ""
+    return f"{drafter}{source} {'1' if low == 1 else '16+' if low == 16 else f'{low}-{2 * low - 1}'}"
+
+
+@dataclass
+class Acceptance:
+    """p_i for draft positions i = 0 .. MAX_DRAFT_LENGTH - 1: how often a chain that reached
+    position i had its token accepted, older observations fading (DECAY), shrunk towards the
+    position before (the first: towards `prior`): a later position is reached less often."""
+    prior: float
+    evaluated: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_LENGTH)
+    accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_LENGTH)
+    _reach: list[float] | None = field(default=None, repr=False)
+
+    def observe(self, reached: int, accepted: int) -> None:
+        """A chain reached positions 0 .. reached - 1 and had its first `accepted` accepted."""
+        for i in range(MAX_DRAFT_LENGTH):
+            self.evaluated[i] = self.evaluated[i] * DECAY + (i < reached)
+            self.accepted[i] = self.accepted[i] * DECAY + (i < min(accepted, reached))
+        self._reach = None
+
+    def reach(self) -> list[float]:
+        """R[i] = P(a chain's first i tokens are accepted), i = 0 .. MAX_DRAFT_LENGTH: 1, p_1, p_1 p_2, ..."""
+        if self._reach is None:
+            out, p = [1.0], self.prior
+            for a, e in zip(self.accepted, self.evaluated):
+                p = (a + p * PRIOR_WEIGHT) / (e + PRIOR_WEIGHT)
+                out.append(out[-1] * p)
+            self._reach = out
+        return self._reach
+
+    def by_position(self, n: int = 8) -> list[float]:
+        r = self.reach()
+        return [round(r[i + 1] / r[i], 3) if r[i] else 0.0 for i in range(n)]
+
+
+@dataclass
+class Mean:
+    """A cost estimate: the mean of the first 1 / RATE measurements, then an average that follows
+    them at RATE; a measurement counts as at most MAX_JUMP times the estimate (a page fault,
+    another process)."""
+    value: float | None = None
+    n: int = 0
+
+    def observe(self, ms: float) -> None:
+        if self.value is not None and self.value > 0:
+            ms = min(ms, MAX_JUMP * self.value)
+        self.n += 1
+        self.value = ms if self.value is None else self.value + (ms - self.value) / min(self.n, 1 / RATE)
+
+
+@dataclass
+class VerifyCost:
+    """verify(w): the target's ms to score w tokens in one pass, a line through knots at widths
+    1, 2, 4, ... over log2(w). Its shape differs by model and precision (a matrix of one row
+    runs as a matrix-vector product, a small model's pass is mostly overhead, a large one's grows
+    with the width), so each knot is measured: a measurement moves the two knots around its width
+    by their share of its error, averaged over a knot's first measurements and then followed at
+    RATE, the error counted as at most MAX_ERROR of the curve there. Before the first measurement
+    the curve is relative (verify(1) = 1, PER_DOUBLING more per doubling); the first scales it. The
+    prior leans cheap: a width priced too cheap is tried, measured and corrected, one priced too
+    dear would never be tried."""
+    knots: list[float] = field(default_factory=lambda: [1 + PER_DOUBLING * j for j in range(KNOTS)])
+    weights: list[float] = field(default_factory=lambda: [0.0] * KNOTS)
+    seen: bool = False
+
+    def __call__(self, width: int) -> float:
+        x = _LOG2[width]
+        j = min(int(x), KNOTS - 2)
+        return self.knots[j] + (x - j) * (self.knots[j + 1] - self.knots[j])
+
+    def widths(self, n: int) -> list[float]:
+        """verify(w) for w = 0 .. n - 1 (w = 0 priced as 1)."""
+        return [self(max(1, w)) for w in range(n)]
+
+    def observe(self, width: int, ms: float) -> None:
+        if not self.seen:
+            scale = ms / self(width)
+            self.knots = [k * scale for k in self.knots]
+            self.seen = True
+        x = _LOG2[width]
+        j = min(int(x), KNOTS - 2)
+        predicted = self(width)
+        error = max(-MAX_ERROR * predicted, min(MAX_ERROR * predicted, ms - predicted))
+        for knot, share in ((j, 1 - (x - j)), (j + 1, x - j)):
+            if share > 0:
+                self.weights[knot] += share
+                self.knots[knot] = max(1e-6, self.knots[knot] + share * error / min(self.weights[knot], 1 / RATE))
+
+
+@dataclass(frozen=True)
+class Plan:
+    chains: tuple[tuple[str, int], ...] = ()   # (drafter, tokens) of each chain verified: none, one or two
+    rate: float = 0.0                           # expected new tokens per ms
+    probe: bool = False                         # the draft model measured again, not expected to pay
+
+
+class Offer:
+    """A free proposal as the plan weighs it: `reach` up to its length, the best k and its rate."""
+
+    def __init__(self, name: str, reach: list[float], v: list[float]):
+        self.name, self.reach, self.sums = name, reach, _sums(reach)
+        self.k = max(range(1, len(reach)), key=lambda k: (1 + self.sums[k]) / v[k + 1])
+        self.rate = (1 + self.sums[self.k]) / v[self.k + 1]
+
+
+def _sums(reach: list[float]) -> list[float]:
+    """S[k] = R[1] + ... + R[k]: a chain of k tokens yields 1 + S[k]."""
+    out = [0.0]
+    for r in reach[1:]:
+        out.append(out[-1] + r)
+    return out
+
+
+@dataclass
+class Policy:
+    """Kept by the Engine across requests: what was measured on one request is where the next starts."""
+    acceptance: dict = field(default_factory=dict)     # key -> Acceptance
+    verify: VerifyCost = field(default_factory=VerifyCost)
+    tree_extra: Mean = field(default_factory=Mean)     # a tree pass beyond a chain pass of its width
+    model_begin: Mean = field(default_factory=Mean)    # the draft model's prefill for a request
+    model_first: Mean = field(default_factory=Mean)    # its first pass of a round
+    model_step: Mean = field(default_factory=Mean)     # each further pass
+    since_model: int = 0
+    rounds: int = 0
+    frozen: bool = False     # estimates given by hand, not measured: reproducible plans (tests)
+
+    def estimate(self, drafter: str, draft: Draft | None = None) -> Acceptance:
+        """The acceptance `draft` of `drafter` is judged by (`key`)."""
+        name = key(drafter, draft)
+        found = self.acceptance.get(name)
+        if found is None:
+            low = bucket(draft.match) if draft is not None else 0
+            found = self.acceptance[name] = Acceptance(low / (low + 1) if low else MODEL_PRIOR)
+        return found
+
+    def plan(self, offers: dict[str, Draft], model: bool, model_ready: bool, max_k: int,
+             tree_ok: bool) -> Plan:
+        """The best round given the free proposals (`offers`, by drafter), whether there is a draft
+        model, whether it has begun this request (else its prefill is this round's) and whether
+        the target can verify a tree."""
+        if max_k <= 0:
+            return Plan()
+        v = self.verify.widths(2 + 2 * max_k)
+        best, partner = Plan((), 1 / v[1]), None
+        for name, draft in offers.items():
+            n = min(len(draft.tokens), max_k)
+            if n:
+                offer = Offer(name, self.estimate(name, draft).reach()[:n + 1], v)
+                if partner is None or offer.rate > partner.rate:
+                    partner = offer
+        if partner is not None and partner.rate > best.rate:
+            best = Plan(((partner.name, partner.k),), partner.rate)
+        if not model:
+            return best
+        if self.model_first.value is None:       # measure the draft model once first
+            return Plan((("model", min(4, max_k)),), 0.0, probe=True)
+        fixed = (0.0 if model_ready else self.model_begin.value or 0.0) + self.model_first.value
+        step = self.model_step.value if self.model_step.value is not None else self.model_first.value
+        m_reach = self.estimate("model").reach()[:max_k + 1]
+        m_sums = _sums(m_reach)
+        probe = self.since_model >= PROBE_EVERY
+        most = 1 + m_sums[max_k] + (partner.sums[-1] if partner else 0.0)
+        if not probe and most / (fixed + v[2]) <= best.rate:     # no model round can win
+            return best
+        rate = lambda k: (1 + m_sums[k]) / (fixed + (k - 1) * step + v[k + 1])  # noqa: E731
+        k = max(range(1, max_k + 1), key=rate)
+        found = Plan((("model", k),), rate(k))
+        if tree_ok and partner is not None:
+            tree = self._tree(partner, m_reach, fixed, step, v)
+            if tree.rate > found.rate:
+                found = tree
+        if found.rate > best.rate:
+            return found
+        return Plan(found.chains, found.rate, probe=True) if probe else best
+
+    def _tree(self, partner: Offer, m_reach: list[float], fixed: float, step: float, v: list[float]) -> Plan:
+        """The best tree of the free proposal (its whole length or its own best k) and a model
+        chain: E = 1 + sum L_i + sum M_i - sum L_i M_i over depths i, with L_i and M_i the chains'
+        products (0 past a chain's end)."""
+        l_reach, n, max_k = partner.reach, len(partner.reach) - 1, len(m_reach) - 1
+        extra = self.tree_extra.value or 0.0
+        m_sums = _sums(m_reach)
+        both = _sums([1.0] + [l_reach[i] * m_reach[i] for i in range(1, min(n, max_k) + 1)])
+        best = Plan()
+        for kl in {partner.k, n}:
+            for km in range(1, max_k + 1):
+                tokens = 1 + partner.sums[kl] + m_sums[km] - both[min(kl, km)]
+                rate = tokens / (fixed + (km - 1) * step + v[1 + kl + km] + extra)
+                if rate > best.rate:
+                    best = Plan(((partner.name, kl), ("model", km)), rate)
+        return best
+
+    @staticmethod
+    def plan_fixed(offers: dict[str, Draft], model: bool, k: int) -> Plan:
+        """A fixed draft length: the free proposal that matched most when it has k tokens (or
+        there is no draft model), else the draft model's k."""
+        found = [(d.match, -i, name, len(d.tokens)) for i, (name, d) in enumerate(offers.items()) if d.tokens]
+        if k > 0 and found:      # (among equal matches the first drafter's: prompt lookup's)
+            *_, name, n = max(found)
+            if n >= k or not model:
+                return Plan(((name, min(k, n)),))
+        return Plan((("model", k),)) if model and k > 0 else Plan()
+
+    def observe_free(self, name: str, draft: Draft, written: list[int]) -> int:
+        """A free proposal against what the round wrote; returns how many of its tokens agreed."""
+        agreed = common_prefix_len(draft.tokens, written)
+        if draft.tokens and not self.frozen:
+            self.estimate(name, draft).observe(min(len(draft.tokens), len(written)), agreed)
+        return agreed
+
+    def observe_model(self, asked: int, accepted: int, draft: Draft, ms: float, begin_ms: float | None) -> None:
+        """A draft model's chain of `asked` tokens had `accepted` accepted; its proposal took `ms`,
+        after its prefill for the request (`begin_ms`) where this round began it."""
+        if self.frozen:
+            return
+        self.estimate("model").observe(min(asked, accepted + 1), accepted)
+        if begin_ms is not None:
+            self.model_begin.observe(begin_ms)
+        if draft.passes:
+            self.model_first.observe(draft.first_ms)
+        if draft.passes > 1:
+            self.model_step.observe((ms - draft.first_ms) / (draft.passes - 1))
+
+    def observe_pass(self, width: int, ms: float, tree: bool) -> None:
+        """The target scored `width` tokens in `ms`, as a tree of two chains or as one chain."""
+        if self.frozen:
+            return
+        if not tree:
+            self.verify.observe(width, ms)
+        elif self.verify.seen:
+            chain = self.verify(width)
+            self.tree_extra.observe(max(0.0, min(ms - chain, chain)))
+
+    def count(self, plan: Plan) -> None:
+        self.rounds += 1
+        self.since_model = 0 if any(name == "model" for name, _ in plan.chains) else self.since_model + 1
+
+    def summary(self) -> dict:
+        ms = lambda m: None if m.value is None else round(m.value, 3)  # noqa: E731
+        return {"rounds": self.rounds, "since_model": self.since_model,
+                "verify_ms": {str(w): round(self.verify(w), 3) for w in (1, 2, 4, 8, 16, 32)},
+                "tree_extra_ms": ms(self.tree_extra),
+                "model": {"begin_ms": ms(self.model_begin), "first_ms": ms(self.model_first),
+                          "step_ms": ms(self.model_step)},
+                "acceptance": {name: est.by_position() for name, est in self.acceptance.items()}}

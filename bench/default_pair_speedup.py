@@ -45,9 +45,9 @@ def requests(kind: str, n: int, seed: int, ttok, dtok):
 
 
 def bench(draft: str, kind: str, n: int, seed: int, draft_length) -> dict:
-    from engine import Engine, EngineConfig, GenerationSettings
-    spec = Engine(EngineConfig(target="default", draft=draft, device="cpu"))
-    alone = Engine(EngineConfig(target="default", draft="none", device="cpu"))
+    from engine import LocalEngine, EngineConfig, GenerationSettings
+    spec = LocalEngine(EngineConfig(target="default", draft=draft, device="cpu"))
+    alone = LocalEngine(EngineConfig(target="default", draft="none", device="cpu"))
     ttok, dtok = spec.target.tokenizer, spec.draft.tokenizer
     totals = dict(drafted=0, accepted=0, new_tokens=0, round_tokens=0, decode_calls=0, spec_ms=0.0, alone_ms=0.0,
                   requests=0, identical=0)

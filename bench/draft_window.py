@@ -74,11 +74,11 @@ def main(argv=None) -> int:
     from bench.end_of_line import positions_in, real_positions
     from completion.context import parse_document, uri_to_path
     from completion.pipeline import CompletionOptions, CompletionPipeline
-    from engine import Engine, EngineConfig, GenerationSettings
+    from engine import LocalEngine, EngineConfig, GenerationSettings
     from engine.threads import set_threads
 
     try:
-        engine = Engine(EngineConfig(target=args.target, draft=args.draft, device="cpu", lookup=False))
+        engine = LocalEngine(EngineConfig(target=args.target, draft=args.draft, device="cpu", lookup=False))
     except Exception as err:   # an unknown model: one line, not a traceback
         return usage_error(PROG, err)
     if engine.draft is None:

@@ -15,7 +15,7 @@ import time
 import torch
 
 from bench.common import CallCounter, held_out_prompts, prompt_ids
-from engine import Engine, EngineConfig, GenerationSettings
+from engine import LocalEngine, EngineConfig, GenerationSettings
 
 
 def main(argv=None):
@@ -36,7 +36,7 @@ def main(argv=None):
                "specfill ngram": ("ngram", True, True),
                "specfill none": ("none", True, True),
                "specfill none, transformers forward": ("none", False, True)}
-    engines = {name: Engine(EngineConfig(target=args.target, draft=d, max_sessions=1, lean=lean, lookup=lookup))
+    engines = {name: LocalEngine(EngineConfig(target=args.target, draft=d, max_sessions=1, lean=lean, lookup=lookup))
                for name, (d, lean, lookup) in configs.items()}
     drafted = engines["specfill default (draft + lookup, cost-aware)"]
     ref = engines["specfill none"]

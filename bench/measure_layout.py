@@ -24,7 +24,7 @@ from completion.context import TokenCounter, cut_window, parse_document
 from completion.templates import FimTemplate, load_template
 
 if TYPE_CHECKING:
-    from engine import Engine
+    from engine import LocalEngine
 
 
 @dataclass
@@ -79,7 +79,7 @@ def prompt_reuse(template: FimTemplate, session: list[Keystroke], layout: str, p
             "recomputed_per_keystroke": round(computed / max(1, len(session)), 1)}
 
 
-def engine_replay(engine: Engine, session: list[Keystroke], layout: str, max_new_tokens: int = 16) -> dict:
+def engine_replay(engine: LocalEngine, session: list[Keystroke], layout: str, max_new_tokens: int = 16) -> dict:
     from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
     pipe = CompletionPipeline(engine)
     engine.clear_caches()
@@ -124,8 +124,8 @@ def main(argv=None) -> None:
           f"document {len(session[-1].text)} chars")
     engine = None
     if args.engine:
-        from engine import Engine, EngineConfig
-        engine = Engine(EngineConfig(draft=args.draft or "default"))
+        from engine import LocalEngine, EngineConfig
+        engine = LocalEngine(EngineConfig(draft=args.draft or "default"))
         toks = (engine.target.tokenizer, engine.draft.tokenizer if engine.draft else None, f"engine {args.engine}")
     else:
         toks = shipped_tokenizers()

@@ -198,11 +198,11 @@ class PromptCapture:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    def generate(self, target_ids, draft_ids=None, settings=None, stop_ids=(), cancel=None, stop_check=None,
-                 lookup_texts=None):
-        # lookup_texts (the documents prompt lookup reads) only guide the engine's drafting:
-        # transformers generate() has no use for them.
-        raise _Captured(list(target_ids), draft_ids, settings, tuple(stop_ids), stop_check)
+    def decode(self, prompt, settings, cancel=None, stop_check=None):
+        # the prompt's lookup texts (the documents prompt lookup reads) only guide the engine's
+        # drafting: transformers generate() has no use for them
+        p = prompt.tokens()
+        raise _Captured(list(p.target_ids), p.draft_ids, settings, tuple(p.stop_ids), stop_check)
 
 
 def capture_prompt(pipeline, request, options) -> _Captured:

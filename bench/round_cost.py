@@ -343,7 +343,8 @@ def main(argv=None) -> int:
             for label, pkg in pkgs:
                 eng_mod = importlib.import_module(pkg.__name__ + ".engine")
                 set_mod = importlib.import_module(pkg.__name__ + ".settings")
-                engine = eng_mod.Engine(set_mod.EngineConfig(threads=1, kv_reuse=eol))
+                local = getattr(eng_mod, "LocalEngine", None) or eng_mod.Engine   # (older commits: Engine)
+                engine = local(set_mod.EngineConfig(threads=1, kv_reuse=eol))
                 if eol:
                     positions, run = end_of_line_runner(engine, length)
                 else:

@@ -176,13 +176,13 @@ def measure(target_engine, pair_engine, perm: list[int], cases, draft_length, ma
 
 def engines(target: str, workdir: Path, seed: int = 0, threads: int = 1):
     """(target alone, target + its permuted self as a different-tokenizer draft, perm)."""
-    from engine import Engine, EngineConfig
+    from engine import LocalEngine, EngineConfig
     from engine.models import resolve_name
 
     target_dir = resolve_name(target, "target")
     perm = permuted_copy(target_dir, workdir / "self-draft", seed)
-    alone = Engine(EngineConfig(target=target_dir, draft="none", threads=threads, device="cpu"))
-    pair = Engine(EngineConfig(target=target_dir, draft=str(workdir / "self-draft"), lookup=False,
+    alone = LocalEngine(EngineConfig(target=target_dir, draft="none", threads=threads, device="cpu"))
+    pair = LocalEngine(EngineConfig(target=target_dir, draft=str(workdir / "self-draft"), lookup=False,
                                threads=threads, device="cpu"))
     assert pair.drafters.model.kind == "text", "the permuted copy must go through the text path"
     return alone, pair, perm

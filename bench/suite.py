@@ -174,7 +174,8 @@ def engine_of(package, p):
         target=p.targetModel, draft=p.draftModel, device=p.device, dtype=p.dtype, trust_remote_code=p.trustRemoteCode,
         max_cache_tokens=p.maxCacheTokens, kv_reuse=p.kvReuse, lookup=p.promptLookup, datastore=p.datastore,
         cuda_graphs=p.cudaGraphs)
-    return importlib.import_module(package.__name__ + ".engine").Engine(config)
+    module = importlib.import_module(package.__name__ + ".engine")
+    return (getattr(module, "LocalEngine", None) or module.Engine)(config)     # (older commits: Engine)
 
 
 async def run_servers(settings: dict[str, dict], positions: dict[str, list], scripts: dict[str, list],

@@ -10,9 +10,9 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from engine.remote import BACKENDS, is_remote      # (no models: torch is not imported)
 from lsp.arguments import EXIT_USAGE, OneLineParser, keyword_or_path, number
 
-BACKENDS = ("auto", "llamacpp", "openai")     # engine.remote.BACKENDS, without importing the engine
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
 REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 # Options that choose local models or their decoding: nothing to do on a remote target.
@@ -97,10 +97,10 @@ def generate_main(argv: list[str]) -> int:
         p.error(f"--{'backend' if args.backend is not None else 'set'} is for a remote target "
                 "(--target http(s)://...)")
 
-    from engine import Engine, EngineConfig, GenerationSettings, ModelLoadError
+    from engine import LocalEngine, EngineConfig, GenerationSettings, ModelLoadError
 
     try:
-        engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
+        engine = LocalEngine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
                                      dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                                      threads=args.threads, lookup=not args.no_lookup,
                                      datastore=args.datastore, cuda_graphs=args.cuda_graphs))
@@ -123,9 +123,7 @@ def generate_main(argv: list[str]) -> int:
         return EXIT_USAGE
     if args.json:
         stats = result.stats.as_dict()
-        lookup = engine.lookup_stats()   # what prompt lookup proposed, by source (as specfill.stats)
-        if lookup is not None:
-            stats["lookup"] = lookup
+        stats.update(result.figures)   # what prompt lookup proposed, by source (as specfill.stats)
         print(json.dumps({"text": result.text, "stop_reason": result.stop_reason, "stats": stats,
                           "matmul_kernels": engine.matmul_kernels()}))
     else:
@@ -141,10 +139,6 @@ def encode_prompt(loaded: LoadedModel, text: str) -> list[int]:
     """Plain left-to-right prompt: BOS (when the tokenizer has one) + the text as text."""
     bos = loaded.tokenizer.bos_token_id
     return ([bos] if bos is not None else []) + loaded.vocab.encode_text(text)
-
-
-def is_remote(target: str) -> bool:
-    return target.lower().startswith(("http://", "https://"))
 
 
 def generate_remote(p: OneLineParser, args: argparse.Namespace, prompt: str) -> int:

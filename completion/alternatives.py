@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING
 
 from completion.context import parse_document
 from completion.postprocess import clean_completion, with_eol
-from engine.remote import RemoteEngine
 from engine.settings import GenerationSettings
 
 if TYPE_CHECKING:
-    from completion.pipeline import Completion, CompletionOptions, CompletionRequest, Pipeline
+    from completion.pipeline import Completion, CompletionOptions, CompletionPipeline, CompletionRequest
 
 MAX_CANDIDATES = 5
 SAMPLE_TEMPERATURE = 1.0   # with greedy settings (temperature 0), draw from the target as it is
@@ -26,18 +25,15 @@ def _same(a: str, b: str) -> bool:
     return a.rstrip() == b.rstrip()
 
 
-def sample_once(pipeline: Pipeline, req: CompletionRequest, options: CompletionOptions,
+def sample_once(pipeline: CompletionPipeline, req: CompletionRequest, options: CompletionOptions,
                 cancel: threading.Event | None) -> Completion | None:
     """One sampled completion at the request's cursor, cleaned; None when empty or cancelled."""
-    from completion.pipeline import Completion
+    from completion.pipeline import Completion, RequestPrompt
 
     cur = parse_document(req.text, req.line, req.character)
-    prompts = pipeline.build_prompts(req.uri, cur, options)
     gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
                              temperature=options.temperature, time_budget_ms=options.time_budget_ms)
-    result = pipeline.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
-                                      gen, stop_ids=prompts.target.stop_ids, cancel=cancel,
-                                      lookup_texts=pipeline.lookup_texts(req.uri, cur, options))
+    result = pipeline.engine.decode(RequestPrompt(pipeline, req.uri, cur, options), gen, cancel=cancel)
     if result.stop_reason == "cancelled":
         return None
     cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
@@ -48,14 +44,15 @@ def sample_once(pipeline: Pipeline, req: CompletionRequest, options: CompletionO
                       cursor=(cur.line, cur.character))
 
 
-def alternatives(pipeline: Pipeline, req: CompletionRequest, options: CompletionOptions, count: int,
+def alternatives(pipeline: CompletionPipeline, req: CompletionRequest, options: CompletionOptions, count: int,
                  cancel: threading.Event | None = None) -> list[Completion]:
     """Up to `count` different completions: the greedy one first (when there is one), then
-    samples. A remote engine gives the greedy one only."""
+    samples. An engine whose samples are not exact draws from the target (a remote server applies
+    its own sampling defaults) gives the greedy one only."""
     count = max(1, min(count, MAX_CANDIDATES))
     first = pipeline.complete(req, options, cancel=cancel)
     found = [first] if first is not None else []
-    if count == 1 or isinstance(pipeline.engine, RemoteEngine):
+    if count == 1 or not pipeline.engine.exact_samples:
         return found
     sampled = dataclasses.replace(options, temperature=options.temperature or SAMPLE_TEMPERATURE)
     for _ in range(DRAWS_PER_CANDIDATE * (count - 1)):

@@ -20,13 +20,14 @@ from completion.postprocess import AnswerCut, Cleaned, clean_completion, with_eo
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, LAYOUTS, FimTemplate, load_template
 from engine.kv import common_prefix_len
-from engine.remote import InfillPrompt, RemoteEngine, RemoteError, TextPrompt
+from engine.protocol import TokenPrompt
+from engine.remote import InfillPrompt, RemoteError, ServerInfo, TextPrompt
 from engine.settings import GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
-    from engine.engine import Engine
     from engine.drafters.documents import LookupText
     from engine.models import LoadedModel
+    from engine.protocol import Engine
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,33 @@ class Prompts:
         return self.built_draft_ids
 
 
+class RequestPrompt:
+    """One request's prompt, built in the form the engine asks for (engine/protocol.py, Prompt):
+    token ids for local models, a server's prompt for a remote target; `described` says how it
+    was built (for the stats)."""
+
+    def __init__(self, pipeline: CompletionPipeline, uri: str, cur: Cursor, options: CompletionOptions):
+        self.pipeline, self.uri, self.cur, self.options = pipeline, uri, cur, options
+        self.described: dict = {}
+        self.prompts: Prompts | None = None
+
+    def tokens(self) -> TokenPrompt:
+        pipe = self.pipeline
+        p = self.prompts = pipe.build_prompts(self.uri, self.cur, self.options)
+        self.described = pipe.describe(self.uri, p)
+        return TokenPrompt(p.target_ids, p.draft_ids if p.build_draft else None, p.target.stop_ids,
+                           pipe.lookup_texts(self.uri, self.cur, self.options, (p.window_start, p.window_end)))
+
+    def server(self, info: ServerInfo) -> InfillPrompt | TextPrompt:
+        prompt, self.described = self.pipeline.remote_prompt(self.uri, self.cur, self.options, info)
+        return prompt
+
+    @property
+    def draft_prompt_tokens(self) -> int:
+        """The draft model's prompt length; 0 where no round drafted with it."""
+        return len(self.prompts.built_draft_ids or ()) if self.prompts is not None else 0
+
+
 class CompletionPipeline:
     def __init__(self, engine: Engine, cache_size: int = 250, cache_ttl_s: float = 300.0,
                  extra_chunks: int = 16, extra_chunk_lines: int = 32):
@@ -241,21 +269,22 @@ class CompletionPipeline:
     def warm_lookup(self, texts: list[str], options: CompletionOptions | None = None, stop=lambda: False) -> int:
         """Tokenize documents' blocks for prompt lookup before the requests that read them
         (documents just opened, newest first, while no request waits: Engine.warm_lookup, until
-        `stop()`). The tokens tokenized; 0 for a remote engine, without lookup, or where requests
-        with `options` would not read the documents. Text no request would read (binary, too
-        large) is left out."""
+        `stop()`). The tokens tokenized; 0 for an engine without lookup, or where requests with
+        `options` would not read the documents. Text no request would read (binary, too large) is
+        left out."""
         from engine.drafters.documents import LookupText
 
         options = options or CompletionOptions()
-        if isinstance(self.engine, RemoteEngine) or not options.lookup_documents:
+        if not options.lookup_documents:
             return 0
-        read = []
-        for text in texts:
-            try:
-                read.append(LookupText(parse_document(text, 0, 0).lines))
-            except ValueError:
-                continue
-        return self.engine.warm_lookup(read, stop) if read else 0
+
+        def read():     # each document parsed when the engine reads it (an engine without lookup never does)
+            for text in texts:
+                try:
+                    yield LookupText(parse_document(text, 0, 0).lines)
+                except ValueError:
+                    continue
+        return self.engine.warm_lookup(read(), stop)
 
     def forget_document(self, uri: str) -> None:
         with self._lock:
@@ -306,24 +335,14 @@ class CompletionPipeline:
         gen = GenerationSettings(max_new_tokens=options.max_new_tokens, draft_length=options.draft_length,
                                  temperature=options.temperature, time_budget_ms=options.time_budget_ms)
         stop_check = self._stop_check(cur, options) if options.stop_while_decoding else None
-        if isinstance(self.engine, RemoteEngine):
-            run = self._remote_generate(req.uri, cur, options, gen, cancel, stop_check)
-            if run is None:     # the remote failed: told once, answered empty, nothing cached
-                return None
-            result, stats = run
-        else:
-            prompts = self.build_prompts(req.uri, cur, options)
-            result = self.engine.generate(prompts.target_ids, prompts.draft_ids if prompts.build_draft else None,
-                                          gen, stop_ids=prompts.target.stop_ids, cancel=cancel, stop_check=stop_check,
-                                          lookup_texts=self.lookup_texts(req.uri, cur, options,
-                                                                         (prompts.window_start, prompts.window_end)))
+        prompt = RequestPrompt(self, req.uri, cur, options)
+        result = self._decode(prompt, gen, cancel, stop_check)
+        if result is None:     # the engine failed: told once, answered empty, nothing cached
+            return None
         cleaned = None
         if result.stop_reason != "cancelled":
             cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
-        if isinstance(self.engine, RemoteEngine):
-            stats.update(shown_tokens=result.pieces_covering(cleaned.source_chars if cleaned else 0))
-        else:
-            stats = self._run_stats(req.uri, prompts, result, cleaned)
+        stats = self._run_stats(prompt, result, cleaned)
         with self._lock:
             self._stats.add_model_run(stats, (time.perf_counter() - t0) * 1000, background)
         if not background:
@@ -350,36 +369,24 @@ class CompletionPipeline:
             return TextStop(cut.reason, cut.decided_at) if cut is not None else None
         return check
 
-    # -- remote target (engine/remote.py) ---------------------------------------------------------
-    on_remote_message: Callable[[str, bool], None] | None = None   # (message, is_error): tell the user
+    on_message: Callable[[str, bool], None] | None = None   # (message, is_error): tell the user
 
-    def _remote_generate(self, uri: str, cur: Cursor, options: CompletionOptions, gen: GenerationSettings,
-                         cancel: threading.Event | None, stop_check) -> tuple[GenerationResult, dict] | None:
-        """Same windows, extra context and stop rules as a local target; the server decodes.
-        A failure is reported once per kind (and the recovery once) and gives no answer."""
-        engine = self.engine
-        health = engine.health
+    def _decode(self, prompt: RequestPrompt, gen: GenerationSettings, cancel: threading.Event | None,
+                stop_check) -> GenerationResult | None:
+        """The engine's answer; a remote target's failure is told once per kind (and its recovery
+        once) and gives no answer."""
+        health = self.engine.health
         try:
-            info = engine.ensure_probed()
-            prompt, described = self.remote_prompt(uri, cur, options, info)
-            result = engine.generate(prompt, gen, cancel=cancel, stop_check=stop_check)
-        except (RemoteError, ValueError) as err:
-            if not isinstance(err, RemoteError):
-                err = RemoteError("config", str(err))
+            result = self.engine.decode(prompt, gen, cancel=cancel, stop_check=stop_check)
+        except RemoteError as err:
             self.last_stats = {"remote_error": str(err), "remote_error_kind": err.kind}
             log.warning("remote target: %s", err)
-            if health.failed(err) and self.on_remote_message:
-                self.on_remote_message(str(err), True)
+            if health.failed(err) and self.on_message:
+                self.on_message(str(err), True)
             return None
-        if health.worked() and self.on_remote_message:
-            self.on_remote_message(f"remote target {engine.settings.base_url} answers again", False)
-        stats = result.stats.as_dict()
-        # The server's own figures when the stream ran to its end (its last event carries them).
-        stats.update(described, stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens,
-                     prompt_tokens=result.stats.prefill_tokens + result.stats.reused_tokens,
-                     prompt_shared_tokens=result.stats.reused_tokens, draft_prompt_tokens=0,
-                     backend=info.backend, remote_model=info.model, raw_text=result.text)
-        return result, stats
+        if health.worked() and self.on_message:
+            self.on_message(f"remote target {health.url} answers again", False)
+        return result
 
     def remote_prompt(self, uri: str, cur: Cursor, options: CompletionOptions, info) -> tuple[object, dict]:
         """The remote's prompt (InfillPrompt or TextPrompt) and how it was built (for stats)."""
@@ -432,28 +439,30 @@ class CompletionPipeline:
         return Prompts(target, t_layout, target_ids, window.start_line, window.end_line, len(extra),
                        draft, d_layout, build_draft, extra=extra)
 
-    def _run_stats(self, uri: str, prompts: "Prompts", result: GenerationResult, cleaned: Cleaned | None) -> dict:
-        """Everything known about one model run, as shown by specfill.stats and the bench."""
-        prev = self._last_prompt.get(uri)
-        shared = common_prefix_len(prev, prompts.target_ids) if prev else 0
-        self._last_prompt[uri] = prompts.target_ids
+    def _run_stats(self, prompt: RequestPrompt, result: GenerationResult, cleaned: Cleaned | None) -> dict:
+        """Everything known about one model run, as shown by specfill.stats and the bench: the
+        engine's stats and its own figures (a remote server's, prompt lookup's), how the prompt was
+        built, and the tokens decoded and shown."""
         stats = result.stats.as_dict()
-        shown_text = result.text[:cleaned.source_chars] if cleaned else ""
-        shown = self.engine.target.vocab.tokens_covering(result.token_ids, len(shown_text.encode("utf-8")))
-        stats.update(stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens, shown_tokens=shown,
-                     prompt_tokens=len(prompts.target_ids),
-                     draft_prompt_tokens=len(prompts.built_draft_ids or ()),   # 0: the draft model was not used
-                     prompt_shared_tokens=shared, template=prompts.target.family, layout=prompts.layout,
-                     draft_template=prompts.draft.family if prompts.draft else None,
-                     draft_layout=prompts.draft_layout,
-                     window_lines=[prompts.window_start, prompts.window_end], extra_chunks=prompts.extra_chunks,
-                     extra_context=[{"path": c.path, "source": getattr(c, "source", "open"), "text": c.text}
-                                    for c in prompts.extra],
-                     raw_text=result.text)
-        lookup = self.engine.lookup_stats()
-        if lookup is not None:
-            stats["lookup"] = lookup
+        # (a remote server's prompt figures when the stream ran to its end: its last event carries them)
+        stats.update(prompt.described, stop_reason=result.stop_reason, decoded_tokens=result.stats.new_tokens,
+                     shown_tokens=self.engine.tokens_covering(result, cleaned.source_chars if cleaned else 0),
+                     prompt_tokens=result.stats.prefill_tokens + result.stats.reused_tokens,
+                     draft_prompt_tokens=prompt.draft_prompt_tokens, raw_text=result.text)
+        stats.update(result.figures)
         return stats
+
+    def describe(self, uri: str, prompts: Prompts) -> dict:
+        """How a local prompt was built (for the stats), and how much of it the document's last
+        prompt shared."""
+        prev = self._last_prompt.get(uri)
+        self._last_prompt[uri] = prompts.target_ids
+        return dict(prompt_shared_tokens=common_prefix_len(prev, prompts.target_ids) if prev else 0,
+                    template=prompts.target.family, layout=prompts.layout,
+                    draft_template=prompts.draft.family if prompts.draft else None, draft_layout=prompts.draft_layout,
+                    window_lines=[prompts.window_start, prompts.window_end], extra_chunks=prompts.extra_chunks,
+                    extra_context=[{"path": c.path, "source": getattr(c, "source", "open"), "text": c.text}
+                                   for c in prompts.extra])
 
     def _prompt(self, template: FimTemplate, model: LoadedModel, uri: str, cur: Cursor, options: CompletionOptions,
                 layout: str, path: str):
@@ -514,17 +523,10 @@ class CompletionPipeline:
     def stats_summary(self) -> dict:
         with self._lock:
             out = self._stats.summary()
-        if isinstance(self.engine, RemoteEngine):
-            h, info = self.engine.health, self.engine.info
-            out["remote"] = {"url": self.engine.settings.base_url, "backend": info.backend if info else None,
-                             "model": info.model if info else None, "failing": h.failing,
-                             "last_error": h.last_error, "failures": dict(h.failures)}
+        out.update(self.engine.summary())    # the drafting policy's estimates, or the remote's state
         for k in ("template", "layout", "draft_template", "draft_layout"):
             if k in self.last_stats:
                 out[k] = self.last_stats[k]
-        policy = getattr(self.engine, "policy", None)     # a local engine's drafting policy
-        if policy is not None:
-            out["policy"] = policy.summary()
         return out
 
     def reset_stats(self) -> None:

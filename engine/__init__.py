@@ -1,13 +1,17 @@
-"""specfill engine: lossless speculative decoding with KV sessions that live across requests."""
-from .engine import Engine
-from .kv import ContextTooLong, KVPool, KVSession
-from .loop import Drafters, speculative_generate
-from .models import LoadedModel, ModelLoadError, load_model
-from .policy import Policy
-from .settings import EngineConfig, GenerationResult, GenerationSettings, GenerationStats
+"""specfill engine: lossless speculative decoding with KV sessions that live across requests.
 
-__all__ = [
-    "Engine", "Drafters", "speculative_generate", "ContextTooLong", "KVPool", "KVSession",
-    "LoadedModel", "ModelLoadError", "load_model", "Policy",
-    "EngineConfig", "GenerationResult", "GenerationSettings", "GenerationStats",
-]
+The names below load on first use, so that what needs no model (engine.settings, engine.remote,
+engine.protocol) is imported without torch."""
+from importlib import import_module
+
+_WHERE = {"LocalEngine": "engine", "Drafters": "loop", "speculative_generate": "loop", "ContextTooLong": "kv",
+          "KVPool": "kv", "KVSession": "kv", "LoadedModel": "models", "ModelLoadError": "models",
+          "load_model": "models", "Policy": "policy", "Engine": "protocol", "EngineConfig": "settings",
+          "GenerationResult": "settings", "GenerationSettings": "settings", "GenerationStats": "settings"}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    return getattr(import_module(f".{_WHERE[name]}", __name__), name)

@@ -1,9 +1,10 @@
-"""The Engine: target + drafter + their KV pools, kept alive across requests."""
+"""The local engine: the target, its drafters and their KV pools in this process, kept alive
+across requests (the completion layer's `Engine`, engine/protocol.py)."""
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .drafters import DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter, datastore
 from .drafters.documents import DOCUMENT, OPEN_DOCUMENTS, BlockIndex, LookupText
@@ -11,6 +12,7 @@ from .kv import KVPool
 from .loop import DraftPrompt, Drafters, speculative_generate
 from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
 from .policy import Policy
+from .protocol import Health, Prompt
 from .quantize import QuantizeError, check_quantize
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
 from .threads import set_threads
@@ -32,8 +34,9 @@ def load_datastore(config: EngineConfig, target: LoadedModel) -> datastore.Datas
         raise ModelLoadError(str(exc)) from None
 
 
-class Engine:
-    """Target + drafter + their KV pools, kept alive across requests."""
+class LocalEngine:
+    """Target + drafters + their KV pools, kept alive across requests."""
+    exact_samples = warms_up = True
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = config = config or EngineConfig()
@@ -50,7 +53,7 @@ class Engine:
         self.draft: LoadedModel | None = None
         self.draft_pool: KVPool | None = None
         self.policy = Policy()
-        self.last_lookup: dict | None = None
+        self.health = Health()
         vocab = self.target.vocab
         # the drafters without a model, where prompt lookup runs
         free = {}
@@ -91,13 +94,7 @@ class Engine:
             return dataclasses.asdict(lean.kernels)
         return {"target": kernels(self.pool), "draft": kernels(self.draft_pool)}
 
-    def lookup_stats(self) -> dict | None:
-        """The latest generate's free proposals (prompt lookup's and the datastore's) by where they
-        were found: proposals, tokens proposed, and tokens the target wrote too; and prompt
-        lookup's reading of the documents (LookupDrafter.summary). None without lookup."""
-        return self.last_lookup
-
-    def warm_lookup(self, texts: Sequence[LookupText], stop: Callable[[], bool] = lambda: False) -> int:
+    def warm_lookup(self, texts: Iterable[LookupText], stop: Callable[[], bool] = lambda: False) -> int:
         """Tokenize the blocks prompt lookup will read in `texts` ahead of the requests that read
         them (BlockIndex.warm, until `stop()`); the tokens tokenized, 0 without lookup or where
         requests skip the documents for now (reading them has not paid: DocumentsWorth)."""
@@ -111,12 +108,32 @@ class Engine:
         for drafter in self.drafters.all():
             drafter.clear()
 
+    def check(self, tell=None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def summary(self) -> dict:
+        return {"policy": self.policy.summary()}
+
+    def tokens_covering(self, result: GenerationResult, chars: int) -> int:
+        return self.target.vocab.tokens_covering(result.token_ids, len(result.text[:chars].encode("utf-8")))
+
+    def decode(self, prompt: Prompt, settings: GenerationSettings, cancel: threading.Event | None = None,
+               stop_check: StopCheck | None = None) -> GenerationResult:
+        p = prompt.tokens()
+        return self.generate(p.target_ids, p.draft_ids, settings, p.stop_ids, cancel, stop_check, p.lookup_texts)
+
     def generate(self, target_ids: list[int], draft_ids: DraftPrompt = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
                  cancel: threading.Event | None = None, stop_check: StopCheck | None = None,
                  lookup_texts: Sequence[LookupText] = ()) -> GenerationResult:
-        """`lookup_texts`: text prompt lookup reads besides the prompt and recent completions
-        (the document being completed, with its cursor, then other open documents)."""
+        """`lookup_texts`: text prompt lookup reads besides the prompt and recent answers (the
+        document being completed, with its cursor, then other open documents). The result's
+        figures hold the free proposals (prompt lookup's and the datastore's) by where they were
+        found: proposals, tokens proposed and tokens the target wrote too; and prompt lookup's
+        reading of the documents (LookupDrafter.summary)."""
         settings = settings or GenerationSettings()
         if not self.config.kv_reuse:
             self.clear_caches()
@@ -133,6 +150,6 @@ class Engine:
             if result.stop_reason != "cancelled" and self.policy.verify.seen:
                 lookup.judge(sum(sources.get(s, (0, 0, 0))[2] for s in (DOCUMENT, OPEN_DOCUMENTS)),
                              self.policy.verify(1))
-            self.last_lookup = {name: {s: v[i] for s, v in sources.items()}
-                                for i, name in enumerate(("proposed", "tokens", "agreed"))} | lookup.summary()
+            result.figures["lookup"] = {name: {s: v[i] for s, v in sources.items()}
+                                        for i, name in enumerate(("proposed", "tokens", "agreed"))} | lookup.summary()
         return result

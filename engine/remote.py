@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 import httpx
 
+from .protocol import Health, Prompt
 from .settings import GenerationResult, GenerationSettings, GenerationStats, StopCheck
 
 log = logging.getLogger(__name__)
@@ -393,17 +394,18 @@ class RemoteResult(GenerationResult):
 
 
 class RemoteEngine:
-    """A remote target in the Engine's place: no local models, no draft (the server may run its
-    own speculation). Keeps the probe result and reports failures once per kind."""
-
-    target = None
-    draft = None
+    """A remote target as the completion layer's `Engine` (engine/protocol.py): no local models, no
+    draft (the server may run its own speculation). Keeps the probe result and reports failures
+    once per kind. Its samples follow the server's own sampling defaults, and a completion at load
+    would take a slot's cached prompt: it is probed instead."""
+    target = draft = None
+    exact_samples = warms_up = False
 
     def __init__(self, settings: RemoteSettings, max_cache_tokens: int = 4096):
         self.settings = settings
         self.config = RemoteConfig(target=settings.url, max_cache_tokens=max_cache_tokens)
         self.remote = RemoteTarget(settings)
-        self.health = Health(url=settings.base_url)
+        self.health = Health(backend="remote", url=settings.base_url)
         self._lock = threading.Lock()
 
     @property
@@ -415,9 +417,8 @@ class RemoteEngine:
             return self.remote.info or self.remote.probe()
 
     def check(self, tell: Callable[[str, bool], None] | None = None) -> None:
-        """Probe the server now (at start-up) instead of a warm-up completion, which would take
-        a slot's cached prompt on a shared server; a failure is recorded and told as a
-        request's is (`tell(message, is_error)`)."""
+        """Probe the server now (at start-up); a failure is recorded and told as a request's is
+        (`tell(message, is_error)`)."""
         try:
             self.ensure_probed()
         except RemoteError as err:
@@ -462,66 +463,41 @@ class RemoteEngine:
                 pieces.close()     # leaves the `with client.stream(...)`: the connection closes
         except RemoteError as e:
             if cancel is not None and cancel.is_set():
-                return RemoteResult(text, [], "cancelled", stats, ends)
+                return RemoteResult(text, [], "cancelled", stats, piece_ends=ends)
             self.remote.info = None if e.kind in ("unreachable", "not_found") else self.remote.info
             raise
         stats.latency_ms = (time.perf_counter() - t0) * 1000
         stats.prefill_tokens = int(timings.get("prompt_n", 0) or 0)
         stats.reused_tokens = int(timings.get("cache_n", 0) or 0)
         stats.prefill_ms = float(timings.get("prompt_ms", 0.0) or 0.0)
-        return RemoteResult(text, [], reason, stats, ends)
+        return RemoteResult(text, [], reason, stats, piece_ends=ends)
+
+    def decode(self, prompt: Prompt, settings: GenerationSettings, cancel: threading.Event | None = None,
+               stop_check: StopCheck | None = None) -> RemoteResult:
+        info = self.ensure_probed()
+        try:
+            built = prompt.server(info)
+        except ValueError as exc:      # a prompt this server's model cannot take (e.g. its family)
+            raise RemoteError("config", str(exc)) from None
+        result = self.generate(built, settings, cancel=cancel, stop_check=stop_check)
+        result.figures.update(backend=info.backend, remote_model=info.model,
+                              prompt_shared_tokens=result.stats.reused_tokens)
+        return result
+
+    def tokens_covering(self, result: RemoteResult, chars: int) -> int:
+        return result.pieces_covering(chars)
+
+    def warm_lookup(self, texts, stop=lambda: False) -> int:
+        return 0
+
+    def summary(self) -> dict:
+        h, info = self.health, self.info
+        return {"remote": {"url": self.settings.base_url, "backend": info.backend if info else None,
+                           "model": info.model if info else None, "failing": h.failing,
+                           "last_error": h.last_error, "failures": dict(h.failures)}}
 
     def clear_caches(self) -> None:
         pass
 
     def close(self) -> None:
         self.remote.close()
-
-
-StatusListener = Callable[[dict], None]
-
-
-@dataclass
-class Health:
-    """Failures seen, so the user is told once per kind and once when the remote is back, and
-    the status the editors show (`status()`), sent to `listener` whenever it changes."""
-    url: str = ""
-    failing: str | None = None       # kind of the latest failure, None when the last call worked
-    told: set = field(default_factory=set)
-    last_error: str = ""
-    failures: dict = field(default_factory=dict)
-    listener: StatusListener | None = field(default=None, repr=False, compare=False)
-
-    def status(self) -> dict:
-        """{backend, url, state: ok|error, kind, message}: what a status line shows."""
-        return {"backend": "remote", "url": self.url, "state": "error" if self.failing else "ok",
-                "kind": self.failing or "", "message": self.last_error if self.failing else ""}
-
-    def failed(self, err: RemoteError) -> bool:
-        """Record a failure; True when the user should hear about it (a kind not yet told)."""
-        changed = self.failing != err.kind
-        self.failing, self.last_error = err.kind, str(err)
-        self.failures[err.kind] = self.failures.get(err.kind, 0) + 1
-        if changed:
-            self._changed()
-        if err.kind in self.told:
-            return False
-        self.told.add(err.kind)
-        return True
-
-    def worked(self) -> bool:
-        """Record a success; True when it ends a failure the user was told about."""
-        was = self.failing
-        self.failing = None
-        if was is not None:
-            self.told.clear()     # a later failure of any kind is news again
-            self._changed()
-            return True
-        return False
-
-    def _changed(self) -> None:
-        if self.listener is not None:
-            try:
-                self.listener(self.status())
-            except Exception:    # a status line must never break a completion
-                log.warning("status listener failed", exc_info=True)

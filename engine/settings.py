@@ -143,6 +143,7 @@ class GenerationResult:
     stop_reason: str            # eos | max_tokens | time_budget | cancelled | context_full,
                                 # or the reason a StopCheck gave
     stats: GenerationStats = field(default_factory=GenerationStats)
+    figures: dict = field(default_factory=dict)   # the engine's own figures of the run, for the request's stats
 
 
 @dataclass(frozen=True)

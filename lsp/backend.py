@@ -10,11 +10,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.remote import is_remote
 from lsp.settings import Settings
 
 if TYPE_CHECKING:   # imported for real inside the functions that load them
     from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
-    from engine import Engine
+    from engine.protocol import Engine
     from engine.remote import RemoteEngine
 
 log = logging.getLogger("specfill.backend")
@@ -24,7 +25,7 @@ log = logging.getLogger("specfill.backend")
 class Backend:
     """A loaded engine and the completion pipeline on top of it; used from one thread only."""
 
-    engine: Engine | RemoteEngine
+    engine: Engine      # a LocalEngine, or a RemoteEngine for a targetModel that is a URL
     pipeline: CompletionPipeline
     settings: Settings   # the settings it was loaded with
     load_ms: float = 0.0
@@ -35,10 +36,10 @@ def load_backend(settings: Settings) -> Backend:
     import time
 
     from completion.pipeline import CompletionPipeline
-    from engine import Engine, EngineConfig
+    from engine import EngineConfig, LocalEngine
 
     t0 = time.perf_counter()
-    if is_remote_target(settings.targetModel):
+    if is_remote(settings.targetModel):
         engine = remote_engine(settings)
         pipeline = CompletionPipeline(engine)
         load_ms = (time.perf_counter() - t0) * 1000
@@ -50,7 +51,7 @@ def load_backend(settings: Settings) -> Backend:
                           max_cache_tokens=settings.maxCacheTokens,
                           kv_reuse=settings.kvReuse, lookup=settings.promptLookup,
                           datastore=settings.datastore, cuda_graphs=settings.cudaGraphs)
-    engine = Engine(config)
+    engine = LocalEngine(config)
     pipeline = CompletionPipeline(engine)
     load_ms = (time.perf_counter() - t0) * 1000
     log.info("loaded target=%s draft=%s in %.0f ms", settings.targetModel, settings.draftModel, load_ms)
@@ -63,7 +64,7 @@ def cuda_graphs_note(loaded: Backend) -> str | None:
     settings = loaded.settings
     if not settings.cudaGraphs:
         return None
-    if is_remote_target(settings.targetModel):
+    if is_remote(settings.targetModel):
         return "cudaGraphs is for local models: a remote target runs its own forward passes"
     engine = loaded.engine
     pools = {"target": engine.pool}
@@ -79,10 +80,6 @@ def cuda_graphs_note(loaded: Backend) -> str | None:
         return (f"cudaGraphs: the {' and '.join(eager)} model{'s have' if many else ' has'} no lean "
                 f"forward to capture; {'they run' if many else 'it runs'} the transformers forward")
     return None
-
-
-def is_remote_target(target: str) -> bool:
-    return target.lower().startswith(("http://", "https://"))
 
 
 def remote_engine(settings: Settings) -> RemoteEngine:

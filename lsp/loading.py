@@ -12,7 +12,7 @@ from lsprotocol import types
 
 from lsp import backend, collector
 from lsp.documents import note_open_documents
-from lsp.notify import LOCAL_STATUS, client_supports, send_status, show
+from lsp.notify import client_supports, send_status, show
 from lsp.settings import MODEL_KEYS, Settings
 
 if TYPE_CHECKING:
@@ -68,10 +68,10 @@ def _load_and_warm(settings: Settings, tell=None, status=None) -> backend.Backen
     and recoveries (once per kind) from the worker thread; `status(dict)` gets each change of
     its status (engine/remote.py Health)."""
     loaded = backend.load_backend(settings)
-    loaded.pipeline.on_remote_message = tell
-    if hasattr(loaded.engine, "health"):     # a remote target: nothing to warm up here
-        loaded.engine.health.listener = status
-        loaded.engine.check(tell)
+    loaded.pipeline.on_message = tell
+    loaded.engine.health.listener = status
+    loaded.engine.check(tell)       # a remote target is probed instead of warmed up
+    if not loaded.engine.warms_up:
         return loaded
     try:
         options = backend.completion_options(settings.replace(maxNewTokens=2))
@@ -111,7 +111,7 @@ async def _load(ls: SpecfillServer, settings: Settings, generation: int) -> None
     if note is not None:   # before the progress ends: a client that waits for the load sees it
         show(ls, note, types.MessageType.Warning)
     _end_progress(ls, token, f"ready ({ms:.0f} ms)")
-    send_status(ls, loaded.engine.health.status() if hasattr(loaded.engine, "health") else LOCAL_STATUS)
+    send_status(ls, loaded.engine.health.status())
     log.info("loaded %s in %.0f ms", what, ms)
     note_open_documents(ls)
 

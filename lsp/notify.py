@@ -34,7 +34,6 @@ def client_supports(ls: LanguageServer, *path: str) -> bool:
 
 
 STATUS_METHOD = "specfill/status"
-LOCAL_STATUS = {"backend": "local", "url": "", "state": "ok", "kind": "", "message": ""}
 
 
 def send_status(ls: LanguageServer, status: dict) -> None:

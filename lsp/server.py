@@ -380,7 +380,7 @@ def stats_report(ls: SpecfillServer) -> dict:
 
 
 def _matmul_kernels(loaded) -> dict | None:
-    """The local engine's matmul kernels per model (Engine.matmul_kernels); None without one."""
+    """The local engine's matmul kernels per model (LocalEngine.matmul_kernels); None without one."""
     kernels = getattr(getattr(loaded, "engine", None), "matmul_kernels", None)
     return kernels() if kernels is not None else None
 

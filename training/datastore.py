@@ -72,11 +72,11 @@ def compare(target: str, store: str, positions, new_tokens: int, device: str, th
     """Prompt lookup without and with the datastore at the positions: label -> Tally (the
     requests alternate between the two engines, so a busy machine slows both alike)."""
     from completion.templates import load_template
-    from engine import Engine, EngineConfig, GenerationSettings
+    from engine import LocalEngine, EngineConfig, GenerationSettings
     from training.distill_data import fit, prompt_ids
     from training.distill_eval import Tally
 
-    engines = {label: Engine(EngineConfig(target=target, draft="ngram", datastore=path, device=device,
+    engines = {label: LocalEngine(EngineConfig(target=target, draft="ngram", datastore=path, device=device,
                                           threads=threads, kv_reuse=False))
                for label, path in (("without", "none"), ("with", store))}
     template = load_template(engines["with"].target.tokenizer)

@@ -1,6 +1,6 @@
 """Held-out acceptance of draft models, measured through the real engine.
 
-Every draft gets its own Engine (the same target, prompt lookup off, so the figures are the
+Every draft gets its own LocalEngine (the same target, prompt lookup off, so the figures are the
 draft model's) and the same positions; requests alternate between the drafts position by
 position, so a busy machine slows them alike. Greedy, a fixed draft length (k = 4 by default).
 Acceptance = accepted / drafted tokens; tokens per target call = new tokens / target forward
@@ -72,9 +72,9 @@ def measure(target: str, drafts: dict[str, str], positions: list[Position],
     (FIM in the editor's layout; `l2r` positions left to right)."""
     from completion.context import TokenCounter
     from completion.templates import load_template
-    from engine import Engine, EngineConfig, GenerationSettings
+    from engine import LocalEngine, EngineConfig, GenerationSettings
 
-    engines = {label: Engine(EngineConfig(target=target, draft=path, device=settings.device,
+    engines = {label: LocalEngine(EngineConfig(target=target, draft=path, device=settings.device,
                                           threads=settings.threads, lookup=False, kv_reuse=False))
                for label, path in drafts.items()}
     first = next(iter(engines.values()))

@@ -23,7 +23,7 @@ from completion.context import parse_document
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
 from completion.postprocess import clean_completion
 from completion.remote_prompt import build_text
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from engine.remote import InfillPrompt, RemoteEngine, RemoteSettings, RemoteTarget, TextPrompt
 from engine.settings import GenerationSettings
 from lsp.notify import STATUS_METHOD
@@ -70,14 +70,14 @@ def server(llama_server_binary, target_gguf):
 
 @pytest.fixture(scope="module")
 def local():
-    return Engine(EngineConfig(target="default", draft="none", device="cpu", threads=1))
+    return LocalEngine(EngineConfig(target="default", draft="none", device="cpu", threads=1))
 
 
 def remote_engine(url, **kw) -> RemoteEngine:
     return RemoteEngine(RemoteSettings(url=url, connect_timeout_s=5, read_timeout_s=60, **kw))
 
 
-def local_greedy(local: Engine, ids: list[int], n: int) -> str:
+def local_greedy(local: LocalEngine, ids: list[int], n: int) -> str:
     stops = (2, 6)     # </s> and ▁<EOT>: the end-of-generation tokens the GGUF names too
     return local.generate(ids, None, GenerationSettings(max_new_tokens=n), stop_ids=stops).text
 
@@ -148,7 +148,7 @@ def test_pipeline_through_both_protocols_post_processes_as_locally(server, local
 def test_fim_template_must_be_named_when_the_server_does_not_say(server):
     told = []
     pipe = CompletionPipeline(remote_engine(server.url, backend="openai"))
-    pipe.on_remote_message = lambda m, err: told.append(m)
+    pipe.on_message = lambda m, err: told.append(m)
     for _ in range(2):
         assert pipe.complete(CompletionRequest(URI, DOC, 6, 15), CompletionOptions()) is None
     assert len(told) == 1 and "set specfill.fimTemplate" in told[0]
@@ -239,7 +239,7 @@ def test_wrong_api_key_gives_the_clear_message(llama_server_binary, target_gguf)
     try:
         told = []
         pipe = CompletionPipeline(remote_engine(keyed.url, api_key="wrong-key-7"))
-        pipe.on_remote_message = lambda m, err: told.append(m)
+        pipe.on_message = lambda m, err: told.append(m)
         for _ in range(2):
             assert pipe.complete(CompletionRequest(URI, DOC, 6, 15), CompletionOptions()) is None
         assert len(told) == 1
@@ -257,7 +257,7 @@ def test_killed_server_answers_empty_and_a_restarted_one_serves_again(llama_serv
     try:
         told = []
         pipe = CompletionPipeline(remote_engine(s.url))
-        pipe.on_remote_message = lambda m, err: told.append((m, err))
+        pipe.on_message = lambda m, err: told.append((m, err))
         opts = CompletionOptions(max_new_tokens=24)
 
         def ask(line):    # a new line each time: the cache must not answer

@@ -9,7 +9,7 @@ import torch
 
 from completion.alternatives import MAX_CANDIDATES, alternatives, sample_once
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from tests.tiny_models import tiny_pair_dirs
 
 DOC = "import os\n\n\ndef add(alpha, beta):\n    \n\n\ndef main():\n    print(add(1, 2))\n"
@@ -21,7 +21,7 @@ AT = (4, 4)
 @pytest.fixture(scope="module")
 def pipe():
     target, draft = tiny_pair_dirs()
-    return CompletionPipeline(Engine(EngineConfig(target=target, draft=draft, device="cpu")))
+    return CompletionPipeline(LocalEngine(EngineConfig(target=target, draft=draft, device="cpu")))
 
 
 def test_the_greedy_one_comes_first_from_the_cache_and_the_others_differ(pipe):

@@ -19,8 +19,8 @@ LATE = dataclasses.replace(OPTS, stop_while_decoding=False)     # decode to the 
 @pytest.fixture(scope="module")
 def engines():
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from engine import Engine, EngineConfig
-    return {draft: Engine(EngineConfig(target="default", draft=draft, device="cpu", threads=1))
+    from engine import LocalEngine, EngineConfig
+    return {draft: LocalEngine(EngineConfig(target="default", draft=draft, device="cpu", threads=1))
             for draft in ("none", "default")}
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from completion.context import parse_document
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from tests.tiny_models import tiny_pair_dirs
 
 DOC = ('import json\n\n\ndef load(path):\n    """Read a JSON file."""\n    with open(path) as f:\n'
@@ -21,8 +21,8 @@ OPTS = CompletionOptions(max_new_tokens=8, extra_tokens=0)
 @pytest.fixture(scope="module")
 def engines():
     target, draft = tiny_pair_dirs()
-    return (Engine(EngineConfig(target=target, draft=draft, device="cpu")),
-            Engine(EngineConfig(target=target, draft="none", device="cpu")))
+    return (LocalEngine(EngineConfig(target=target, draft=draft, device="cpu")),
+            LocalEngine(EngineConfig(target=target, draft="none", device="cpu")))
 
 
 def positions():
@@ -171,7 +171,7 @@ def test_large_budgets_shrink_to_fit_each_model(engines):
 LONG_DOC = "".join(f"x{i} = f({i})\n" for i in range(600))
 
 
-def _window_lines(engine: Engine, **options) -> tuple[set[int], set[int], int]:
+def _window_lines(engine: LocalEngine, **options) -> tuple[set[int], set[int], int]:
     """Which `xN = f(N)` lines of LONG_DOC the target's and the draft's prompts hold, with
     the cursor on line 400, and the draft prompt's length."""
     import re
@@ -190,7 +190,7 @@ def test_draft_prompt_holds_the_target_text_and_no_more(engines):
     see. The shipped pair is the case that broke: the draft's context (1024 positions) is twice
     the target's (512), and its own budgets gave it twice the target's text (its acceptance at
     end-of-line positions: 0.28 with that prompt, 0.45 with the target's; bench/draft_window.py)."""
-    shipped = Engine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
+    shipped = LocalEngine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
     assert shipped.draft.max_positions > shipped.target.max_positions
     target_lines, draft_lines, _ = _window_lines(shipped, draft_prompt_tokens=32768)
     assert 400 in target_lines and len(target_lines) > 20
@@ -204,7 +204,7 @@ def test_draft_prompt_length_auto_is_what_the_draft_config_recommends(engines):
     """draftPromptTokens auto: the shipped draft's config asks for 256 of its tokens (it is
     accepted more often with the text nearest the cursor than with the whole window: README),
     a draft whose config says nothing (the tiny pair's) gets the whole window; a number wins."""
-    shipped = Engine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
+    shipped = LocalEngine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
     whole_target, whole, whole_len = _window_lines(shipped, draft_prompt_tokens=32768)
     target_lines, near, near_len = _window_lines(shipped)
     assert target_lines == whole_target and near < whole and near_len < whole_len
@@ -221,7 +221,7 @@ def test_a_left_to_right_draft_prompt_is_the_end_of_the_text(engines):
     within its 256 tokens, a draft whose config says nothing reads it all."""
     from completion.pipeline import left_to_right_draft_text
 
-    shipped = Engine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
+    shipped = LocalEngine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
     text = LONG_DOC[:4000] + "def main():\n    "
     tail = left_to_right_draft_text(text, shipped.draft.model, shipped.draft.vocab.encode_text)
     assert text.endswith(tail) and len(tail) < len(text) and text[len(text) - len(tail) - 1] == "\n"

@@ -85,9 +85,9 @@ def test_sizes(pair):
 
 @pytest.fixture(scope="module")
 def engines(offline):
-    from engine import Engine, EngineConfig
-    return (Engine(EngineConfig(target="default", draft="default", device="cpu")),
-            Engine(EngineConfig(target="default", draft="none", device="cpu")))
+    from engine import LocalEngine, EngineConfig
+    return (LocalEngine(EngineConfig(target="default", draft="default", device="cpu")),
+            LocalEngine(EngineConfig(target="default", draft="none", device="cpu")))
 
 
 def test_speculative_greedy_equals_target_alone_on_held_out_code(engines):
@@ -136,9 +136,9 @@ def test_an_empty_draft_prompt_drafts_from_the_shared_text_and_changes_nothing(e
     draft now waits until the generated text gives it something to condition on. Prompt lookup
     is off here: with the shipped datastore it has a proposal of 4 tokens nearly every round,
     which a fixed draft length of 4 takes instead of the model's."""
-    from engine import Engine, EngineConfig, GenerationSettings
+    from engine import LocalEngine, EngineConfig, GenerationSettings
     _, alone = engines
-    spec = Engine(EngineConfig(target="default", draft="default", lookup=False, device="cpu"))
+    spec = LocalEngine(EngineConfig(target="default", draft="default", lookup=False, device="cpu"))
     ttok = spec.target.tokenizer
     target_ids = ttok("def add(a, b):\n    return").input_ids
     settings = GenerationSettings(max_new_tokens=24, draft_length=4)

@@ -150,9 +150,9 @@ def test_a_fixed_draft_length_takes_the_datastore_where_its_match_is_longer_than
 
 
 def test_the_store_is_loaded_only_where_prompt_lookup_runs():
-    from engine import Engine, EngineConfig
+    from engine import LocalEngine, EngineConfig
 
-    shipped = {name: Engine(EngineConfig(draft=draft, lookup=lookup, device="cpu")).drafters.datastore
+    shipped = {name: LocalEngine(EngineConfig(draft=draft, lookup=lookup, device="cpu")).drafters.datastore
                for name, draft, lookup in (("ngram", "ngram", True), ("draft + lookup", "default", True),
                                            ("draft alone", "default", False), ("none", "none", True))}
     assert {name: store is not None for name, store in shipped.items()} == \

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from engine.drafters import ModelDrafter, Sampling
 from engine.kv import KVPool
 from engine.settings import GenerationSettings, TextStop
@@ -17,7 +17,7 @@ TEXT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n
 
 @pytest.fixture(scope="module")
 def engine():
-    return Engine(EngineConfig(target="default", draft="default", device="cpu", threads=1))
+    return LocalEngine(EngineConfig(target="default", draft="default", device="cpu", threads=1))
 
 
 def _ids(loaded, text):
@@ -77,7 +77,7 @@ def test_drafts_that_stop_at_the_deciding_token_keep_the_answer_the_targets(engi
                 return None
         return TextStop("two lines", at + 1)
 
-    alone = Engine(EngineConfig(target="default", draft="none", device="cpu", threads=1))
+    alone = LocalEngine(EngineConfig(target="default", draft="none", device="cpu", threads=1))
     settings = GenerationSettings(max_new_tokens=40, draft_length=8)
     want = alone.generate(ids, None, settings, stop_check=after_two_lines)
     engine.clear_caches()

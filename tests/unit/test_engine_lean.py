@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, TreeLayout, _Positions, long_tensor, make_lean
 from engine.matmul import (FP16, ONEDNN, OPENBLAS, ROW_CLASSES, ROWS, TRANSPOSED, Kernels, _onednn_ops,
                            _openblas_ready, choose_kernels, fp16_available, fp16_exact, use_kernels)
@@ -200,12 +200,12 @@ def test_the_fp16_kernel_runs_only_on_weights_that_are_float16_values():
 def test_the_engine_reports_each_models_kernels():
     """`specfill generate --json` and specfill.stats show what each model measured and took."""
     target_dir, draft_dir = tiny_pair_dirs()
-    report = Engine(EngineConfig(target=target_dir, draft=draft_dir)).matmul_kernels()
+    report = LocalEngine(EngineConfig(target=target_dir, draft=draft_dir)).matmul_kernels()
     assert set(report) == {"target", "draft"}
     for kernels in report.values():
         assert kernels["verify"] in MEASURED["verify"]
         assert f"verify {kernels['verify']} (widths 4/6/9/12/16: " in kernels["note"]
-    assert Engine(EngineConfig(target=target_dir, draft="ngram")).matmul_kernels()["draft"] is None
+    assert LocalEngine(EngineConfig(target=target_dir, draft="ngram")).matmul_kernels()["draft"] is None
 
 
 @pytest.mark.parametrize("ids", [[], [0], [5, 4095, 7, 0, 2**40], list(range(300))])

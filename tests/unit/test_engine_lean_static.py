@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPTBigCodeForCausalLM, LlamaForCausalLM
 
-from engine import Engine, EngineConfig, GenerationSettings
+from engine import LocalEngine, EngineConfig, GenerationSettings
 from engine.kv import KVPool, KVSession, TransformersForward
 from engine.lean import STATIC_WIDTHS, LeanForward, StaticLeanForward, make_lean, static_width
 from engine.tree import build_tree
@@ -138,8 +138,8 @@ def test_static_equals_transformers_on_the_shipped_pair(role):
 
 def test_greedy_speculative_through_the_static_forward_equals_target_alone():
     target_dir, draft_dir = tiny_pair_dirs()
-    base = Engine(EngineConfig(target=target_dir, draft="none"))
-    engine = Engine(EngineConfig(target=target_dir, draft=draft_dir))
+    base = LocalEngine(EngineConfig(target=target_dir, draft="none"))
+    engine = LocalEngine(EngineConfig(target=target_dir, draft=draft_dir))
     engine.pool = KVPool(engine.target.model, max_tokens=512, static=True)
     engine.drafters.model.pool = KVPool(engine.draft.model, max_tokens=512, static=True)
     settings = GenerationSettings(max_new_tokens=24)
@@ -162,8 +162,8 @@ def test_cuda_graphs_are_refused_on_a_cpu():
     # asked of the engine (`specfill generate --cuda-graphs`) with models on a CPU: the plain
     # lean forward runs, and the output is the same
     target_dir, _ = tiny_pair_dirs()
-    engine = Engine(EngineConfig(target=target_dir, draft="ngram", device="cpu", cuda_graphs=True))
-    base = Engine(EngineConfig(target=target_dir, draft="ngram", device="cpu"))
+    engine = LocalEngine(EngineConfig(target=target_dir, draft="ngram", device="cpu", cuda_graphs=True))
+    base = LocalEngine(EngineConfig(target=target_dir, draft="ngram", device="cpu"))
     ids = engine.target.vocab.encode_text("def add(a, b):\n    return")
     settings = GenerationSettings(max_new_tokens=8)
     assert engine.generate(ids, settings=settings).token_ids == base.generate(ids, settings=settings).token_ids
@@ -199,8 +199,8 @@ def test_cuda_graphs_equal_the_eager_forwards(kind):
 def test_greedy_speculative_with_cuda_graphs_equals_target_alone():
     target_dir, draft_dir = tiny_pair_dirs()
     kw = dict(target=target_dir, device="cuda", dtype="float32")
-    base = Engine(EngineConfig(draft="none", **kw))
-    engine = Engine(EngineConfig(draft=draft_dir, cuda_graphs=True, **kw))
+    base = LocalEngine(EngineConfig(draft="none", **kw))
+    engine = LocalEngine(EngineConfig(draft=draft_dir, cuda_graphs=True, **kw))
     settings = GenerationSettings(max_new_tokens=24)
     for prompt in ["def add(a, b):\n    return", "import os\nimport sys\n\n\ndef main(argv):\n    ",
                    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self."]:

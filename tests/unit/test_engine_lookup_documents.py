@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from bench.end_of_line import end_of_line_cursors
 from completion.pipeline import CompletionOptions, CompletionPipeline, CompletionRequest
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from engine.drafters import documents as lk
 from engine.drafters import Sampling
 from engine.drafters import LookupDrafter
@@ -366,7 +366,7 @@ def test_copies_from_the_documents_say_so(vocab):
 
 @pytest.fixture(scope="module")
 def engines():
-    return {name: Engine(EngineConfig(target="default", draft=name, device="cpu"))
+    return {name: LocalEngine(EngineConfig(target="default", draft=name, device="cpu"))
             for name in ("none", "ngram", "default")}
 
 
@@ -389,9 +389,9 @@ def far_copy_case(engines):
     return doc, "\n".join(place) + stats["raw_text"], answer, stats
 
 
-def fresh_lookup() -> Engine:
+def fresh_lookup() -> LocalEngine:
     """An engine whose policy has not yet learned how far copies from the documents agree."""
-    return Engine(EngineConfig(target="default", draft="ngram", device="cpu"))
+    return LocalEngine(EngineConfig(target="default", draft="ngram", device="cpu"))
 
 
 def test_code_far_above_the_window_is_drafted_and_verified(engines):

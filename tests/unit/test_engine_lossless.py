@@ -3,7 +3,7 @@ import pytest
 
 from collections import Counter
 
-from engine import Engine, EngineConfig, GenerationSettings
+from engine import LocalEngine, EngineConfig, GenerationSettings
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 
 CODE = [
@@ -43,19 +43,19 @@ MAX_NEW = 16
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     target_dir, draft_dir = tiny_pair_dirs()
-    base = Engine(EngineConfig(target=target_dir, draft="none"))
+    base = LocalEngine(EngineConfig(target=target_dir, draft="none"))
     store = str(target_datastore(base, tmp_path_factory.mktemp("store") / "datastore.npz"))
     others = {
-        "ngram": Engine(EngineConfig(target=target_dir, draft="ngram")),
-        "same-tokenizer": Engine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
-        "other-tokenizer": Engine(EngineConfig(target=target_dir, draft=draft_dir)),
-        "ngram+datastore": Engine(EngineConfig(target=target_dir, draft="ngram", datastore=store)),
-        "other-tokenizer+datastore": Engine(EngineConfig(target=target_dir, draft=draft_dir, datastore=store)),
+        "ngram": LocalEngine(EngineConfig(target=target_dir, draft="ngram")),
+        "same-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
+        "other-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=draft_dir)),
+        "ngram+datastore": LocalEngine(EngineConfig(target=target_dir, draft="ngram", datastore=store)),
+        "other-tokenizer+datastore": LocalEngine(EngineConfig(target=target_dir, draft=draft_dir, datastore=store)),
     }
     return base, others
 
 
-def target_datastore(base: Engine, path):
+def target_datastore(base: LocalEngine, path):
     """A datastore of the target's own greedy answers (as `python -m training.datastore` makes
     one), here on the test's own code prompts cut short, so that it proposes often."""
     from engine.drafters.datastore import save
@@ -100,7 +100,7 @@ def test_greedy_speculative_equals_target_alone(engines, draft_length):
             assert got.text == expected.text
             accepted[name] += got.stats.accepted
             if eng.drafters.datastore is not None:
-                from_store[name] += eng.lookup_stats()["agreed"].get("datastore", 0)
+                from_store[name] += got.figures["lookup"]["agreed"].get("datastore", 0)
     # Each drafter really drafted something the target took (the test exercises acceptance).
     assert all(n > 0 for n in accepted.values()), accepted
     assert all(n > 0 for n in from_store.values()), from_store

@@ -7,7 +7,7 @@ import sys
 import pytest
 from transformers import AutoModelForCausalLM, ViTConfig
 
-from engine import Engine, EngineConfig, ModelLoadError, load_model
+from engine import LocalEngine, EngineConfig, ModelLoadError, load_model
 from tests.tiny_models import tiny_pair_dirs
 
 
@@ -34,9 +34,9 @@ def test_missing_tokenizer(tmp_path):
 def test_bad_device_and_dtype_names():
     target_dir, _ = tiny_pair_dirs()
     with pytest.raises(ModelLoadError, match="device"):
-        Engine(EngineConfig(target=target_dir, draft="none", device="tpu"))
+        LocalEngine(EngineConfig(target=target_dir, draft="none", device="tpu"))
     with pytest.raises(ModelLoadError, match="dtype"):
-        Engine(EngineConfig(target=target_dir, draft="none", dtype="int3"))
+        LocalEngine(EngineConfig(target=target_dir, draft="none", dtype="int3"))
 
 
 def test_half_precision_weights_load_in_float32_on_cpu(tmp_path):

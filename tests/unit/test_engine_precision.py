@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import GPT2LMHeadModel, GPT2Config
 
-from engine import Engine, EngineConfig, GenerationSettings, ModelLoadError
+from engine import LocalEngine, EngineConfig, GenerationSettings, ModelLoadError
 from engine import kernel_cache, lean as lean_module, precision
 from engine.lean import LeanForward, lean_for, make_lean
 from engine.matmul import GEMV, ROWS, Kernels, gemv
@@ -180,10 +180,10 @@ PROMPTS = ["def add(a, b):\n    return", "import os\nimport sys\n\n\ndef main(ar
                                          not HAS_INT8, reason="no int8 kernel here"))])
 def test_greedy_output_at_each_precision_equals_that_target_alone(setting):
     target_dir, draft_dir = tiny_pair_dirs()
-    base = Engine(EngineConfig(target=target_dir, draft="none", **setting))
-    engines = {"ngram": Engine(EngineConfig(target=target_dir, draft="ngram", **setting)),
-               "same-tokenizer": Engine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir(), **setting)),
-               "other-tokenizer": Engine(EngineConfig(target=target_dir, draft=draft_dir, **setting))}
+    base = LocalEngine(EngineConfig(target=target_dir, draft="none", **setting))
+    engines = {"ngram": LocalEngine(EngineConfig(target=target_dir, draft="ngram", **setting)),
+               "same-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir(), **setting)),
+               "other-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=draft_dir, **setting))}
     settings = GenerationSettings(max_new_tokens=24)
     drafted = 0
     for text in PROMPTS:
@@ -199,9 +199,9 @@ def test_greedy_output_at_each_precision_equals_that_target_alone(setting):
 def test_a_quantization_that_cannot_run_is_one_line_before_anything_loads():
     target_dir, _ = tiny_pair_dirs()
     with pytest.raises(ModelLoadError, match=r"^quantize 'int4': not one of none, int8$"):
-        Engine(EngineConfig(target=target_dir, draft="none", quantize="int4"))
+        LocalEngine(EngineConfig(target=target_dir, draft="none", quantize="int4"))
     with pytest.raises(ModelLoadError, match="needs the lean forward"):
-        Engine(EngineConfig(target=target_dir, draft="none", quantize="int8", lean=False))
+        LocalEngine(EngineConfig(target=target_dir, draft="none", quantize="int8", lean=False))
 
 
 @pytest.mark.skipif(not HAS_INT8, reason="no int8 kernel here")
@@ -211,7 +211,7 @@ def test_a_model_without_a_lean_forward_cannot_be_quantized(tmp_path):
     from transformers import AutoTokenizer
     AutoTokenizer.from_pretrained(draft_dir).save_pretrained(tmp_path)
     with pytest.raises(ModelLoadError, match="needs the lean forward, which GPT2LMHeadModel does not have"):
-        Engine(EngineConfig(target=str(tmp_path), draft="none", quantize="int8"))
+        LocalEngine(EngineConfig(target=str(tmp_path), draft="none", quantize="int8"))
 
 
 def test_kernels_are_measured_once_per_machine_and_shape_and_kept(tmp_path, monkeypatch, caplog):

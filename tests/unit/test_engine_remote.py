@@ -158,7 +158,7 @@ def test_pipeline_tells_once_per_kind_answers_empty_and_recovers(http_server):
     url, b = http_server
     told = []
     pipe = CompletionPipeline(RemoteEngine(settings(url)))
-    pipe.on_remote_message = lambda m, err: told.append((m, err))
+    pipe.on_message = lambda m, err: told.append((m, err))
     opts = CompletionOptions(max_new_tokens=8, fim_template="codellama")
     req = CompletionRequest("file:///a.py", "def f():\n    return ", 1, 11)
     b.status = 500
@@ -237,7 +237,7 @@ def test_infill_request_carries_n_indent(http_server):
 
 def test_health_sends_each_change_of_status_once():
     sent = []
-    health = Health(url="http://gpu:8080", listener=sent.append)
+    health = Health(backend="remote", url="http://gpu:8080", listener=sent.append)
     assert health.status() == {"backend": "remote", "url": "http://gpu:8080", "state": "ok", "kind": "", "message": ""}
     down = RemoteError("unreachable", "cannot reach http://gpu:8080/infill: refused")
     health.failed(down)
@@ -252,7 +252,7 @@ def test_health_sends_each_change_of_status_once():
 def test_a_failing_listener_does_not_break_a_completion():
     def broken(status):
         raise RuntimeError("client gone")
-    health = Health(url="http://gpu:8080", listener=broken)
+    health = Health(backend="remote", url="http://gpu:8080", listener=broken)
     assert health.failed(RemoteError("timeout", "no answer")) is True and health.worked() is True
 
 

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from engine import Engine, EngineConfig, GenerationSettings
+from engine import LocalEngine, EngineConfig, GenerationSettings
 from engine.vocab import build_vocab
 from tests.tiny_models import code_corpus, tiny_pair_dirs, tiny_tokenizers
 
@@ -12,7 +12,7 @@ from tests.tiny_models import code_corpus, tiny_pair_dirs, tiny_tokenizers
 @pytest.fixture(scope="module")
 def pair():
     target_dir, draft_dir = tiny_pair_dirs()
-    return Engine(EngineConfig(target=target_dir, draft=draft_dir))
+    return LocalEngine(EngineConfig(target=target_dir, draft=draft_dir))
 
 
 def _prompts(engine, text):
@@ -61,7 +61,7 @@ def test_the_prefill_gives_the_first_token_so_an_answer_over_at_once_costs_one_p
 
 def test_a_prompt_one_past_the_cache_budget_ends_context_full_and_the_engine_goes_on():
     target_dir, draft_dir = tiny_pair_dirs()
-    small = Engine(EngineConfig(target=target_dir, draft="ngram", max_cache_tokens=24))
+    small = LocalEngine(EngineConfig(target=target_dir, draft="ngram", max_cache_tokens=24))
     ids = [small.target.tokenizer.bos_token_id] + small.target.vocab.encode_text("def f(x):\n    return x\n" * 4)
     got = small.generate(ids[:25], None, GenerationSettings(max_new_tokens=8))
     assert got.stop_reason == "context_full" and got.token_ids == []
@@ -142,8 +142,8 @@ def test_draft_with_a_shorter_context_is_dropped_not_fatal(tmp_path):
     _, draft_tok = tiny_tokenizers()
     GPTBigCodeForCausalLM(bigcode_config(len(draft_tok), n_positions=32)).save_pretrained(tmp_path)
     draft_tok.save_pretrained(tmp_path)
-    eng = Engine(EngineConfig(target=target_dir, draft=str(tmp_path)))
-    base = Engine(EngineConfig(target=target_dir, draft="none"))
+    eng = LocalEngine(EngineConfig(target=target_dir, draft=str(tmp_path)))
+    base = LocalEngine(EngineConfig(target=target_dir, draft="none"))
     text = code_corpus()[1][:600]
     t_ids, d_ids = _prompts(eng, text)
     assert len(d_ids) > 32
@@ -176,7 +176,7 @@ def test_lookup_drafts_cut_before_a_line_end_give_the_target_alone_answer():
     run past the answer's end."""
     from engine.settings import TextStop
     line_end = lambda text: TextStop("line_end", text.index("\n") + 1) if "\n" in text else None  # noqa: E731
-    alone, lookup = Engine(EngineConfig(draft="none")), Engine(EngineConfig(draft="ngram"))
+    alone, lookup = LocalEngine(EngineConfig(draft="none")), LocalEngine(EngineConfig(draft="ngram"))
     text = "".join(f"    total = combine(total, value_{i}, weight)\n" for i in range(6)) + "    total = combine(total, "
     for draft_length in ("auto", 8):
         ids = [alone.target.tokenizer.bos_token_id] + alone.target.vocab.encode_text(text)

@@ -3,7 +3,7 @@ since the last round against the shared text. On the shipped pair (two real toke
 round of a decode, that gives exactly what aligning from scratch gives."""
 import pytest
 
-from engine import Engine, EngineConfig
+from engine import LocalEngine, EngineConfig
 from engine.drafters import Sampling
 from engine.kv import common_prefix_len
 
@@ -16,7 +16,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def engine():
-    return Engine(EngineConfig(target="default", draft="default", device="cpu", threads=1))
+    return LocalEngine(EngineConfig(target="default", draft="default", device="cpu", threads=1))
 
 
 def _prompt(loaded, text):

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from engine import Drafters, Engine, EngineConfig, GenerationSettings, KVPool, Policy, speculative_generate
+from engine import Drafters, LocalEngine, EngineConfig, GenerationSettings, KVPool, Policy, speculative_generate
 from engine.drafters import Draft, LookupDrafter
 from engine.policy import KNOTS, Acceptance, Mean, VerifyCost
 from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, chi_square_ok
@@ -41,9 +41,9 @@ def test_the_frozen_policy_plans_a_tree_whenever_both_draft():
 @pytest.fixture(scope="module")
 def engines():
     target_dir, draft_dir = tiny_pair_dirs()
-    base = Engine(EngineConfig(target=target_dir, draft="none"))
-    others = {"same-tokenizer": Engine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
-              "other-tokenizer": Engine(EngineConfig(target=target_dir, draft=draft_dir))}
+    base = LocalEngine(EngineConfig(target=target_dir, draft="none"))
+    others = {"same-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir())),
+              "other-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=draft_dir))}
     for eng in others.values():
         eng.policy = tree_policy()
     return base, others

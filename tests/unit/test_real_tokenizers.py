@@ -19,7 +19,7 @@ import pytest
 
 from bench import self_draft
 from completion.templates import load_template
-from engine import Engine, EngineConfig, GenerationSettings
+from engine import LocalEngine, EngineConfig, GenerationSettings
 from engine.vocab import build_vocab
 from tests import real_tokenizers as rt
 
@@ -82,11 +82,11 @@ PROMPTS = [(text, None) for text in HARD_TEXTS] + FIM   # (prefix, suffix or Non
 
 
 @functools.lru_cache(maxsize=None)
-def _engine(target: str, draft: str) -> Engine:
+def _engine(target: str, draft: str) -> LocalEngine:
     """Tiny random models on the real tokenizers ("default": the shipped pair's models)."""
     def model(name: str, seed: int) -> str:
         return name if name in ("none", "default") else rt.model_dir(name, seed)
-    return Engine(EngineConfig(target=model(target, 0), draft=model(draft, 1), device="cpu", threads=1, lookup=False))
+    return LocalEngine(EngineConfig(target=model(target, 0), draft=model(draft, 1), device="cpu", threads=1, lookup=False))
 
 
 @pytest.mark.parametrize("target,draft", [("codellama", "qwen3"), ("qwen3", "codellama")])
@@ -114,8 +114,8 @@ def _self_draft(name: str):
     """(target alone, target + its permuted copy as a different-tokenizer draft, perm)."""
     work = Path(tempfile.mkdtemp(prefix=f"specfill-self-{name}-"))
     perm = self_draft.permuted_copy(rt.model_dir(name), work / "draft", seed=3)
-    alone = Engine(EngineConfig(target=rt.model_dir(name), draft="none", device="cpu", threads=1))
-    pair = Engine(EngineConfig(target=rt.model_dir(name), draft=str(work / "draft"), device="cpu",
+    alone = LocalEngine(EngineConfig(target=rt.model_dir(name), draft="none", device="cpu", threads=1))
+    pair = LocalEngine(EngineConfig(target=rt.model_dir(name), draft=str(work / "draft"), device="cpu",
                                threads=1, lookup=False))
     return alone, pair, perm
 

@@ -35,10 +35,10 @@ PRIOR_WEIGHT = 2.0    # observations the prior acceptance counts as
 MODEL_PRIOR = 0.5     # a draft model's acceptance before it is measured
 RATE = 0.1            # weight of a new cost measurement, once 1 / RATE have been averaged
 MAX_JUMP = 4.0        # a cost measurement counts as at most this many times the estimate
-KNOTS = 7             # VerifyCost's knots: widths 1, 2, 4, ..., 64 (two chains of MAX_DRAFT_LENGTH fit)
 PER_DOUBLING = 0.25   # VerifyCost's prior: each doubling of the width costs this share of verify(1) more
-MAX_ERROR = 0.5       # a measurement moves VerifyCost by at most this share of its value there
-_LOG2 = [0.0] + [math.log2(w) for w in range(1, 2 ** (KNOTS - 1) + 1)]
+CLIP = 1.0            # VerifyCost: a measurement's error counts as at most this many typical errors
+SPREAD_FLOOR = 0.05   # ... the typical error taken as at least this share of the fit
+_LOG2 = [0.0] + [math.log2(w) for w in range(1, 2 * MAX_DRAFT_LENGTH + 2)]   # widths of two chains
 
 
 def bucket(match: int) -> int:
@@ -106,41 +106,56 @@ class Mean:
 
 @dataclass
 class VerifyCost:
-    """verify(w): the target's ms to score w tokens in one pass, a line through knots at widths
-    1, 2, 4, ... over log2(w). Its shape differs by model and precision (a matrix of one row
-    runs as a matrix-vector product, a small model's pass is mostly overhead, a large one's grows
-    with the width), so each knot is measured: a measurement moves the two knots around its width
-    by their share of its error, averaged over a knot's first measurements and then followed at
-    RATE, the error counted as at most MAX_ERROR of the curve there. Before the first measurement
-    the curve is relative (verify(1) = 1, PER_DOUBLING more per doubling); the first scales it. The
-    prior leans cheap: a width priced too cheap is tried, measured and corrected, one priced too
-    dear would never be tried."""
-    knots: list[float] = field(default_factory=lambda: [1 + PER_DOUBLING * j for j in range(KNOTS)])
-    weights: list[float] = field(default_factory=lambda: [0.0] * KNOTS)
-    seen: bool = False
+    """verify(w) = one + two x [w >= 2] + per_doubling x log2(w) + per_token x (w - 1): the target's
+    ms to score w tokens in one pass, fitted online to every round's measurement. The terms are the
+    shapes a forward's cost takes, in proportions that differ by model and precision: a pass of one
+    token runs matrix-vector products and two take the slower small-matrix path (`two`); from there
+    a small model's pass grows by doublings (masks, gathers), a large one's by the token.
+
+    Round times are skewed (a page fault, another process): each measurement moves the fit by its
+    error clipped to CLIP typical errors (a Huber fit, which follows the typical round), shared
+    between the terms by what each contributes at that width (a normalised least-mean-squares
+    step: the fit's error there shrinks by RATE). Every round moves the whole curve, so no width
+    keeps a price it once had while the policy avoids it. Before the first measurement the curve
+    is relative (verify(1) = 1, PER_DOUBLING more per doubling); the first scales it, and the
+    prior leans cheap: a width priced too cheap is tried and corrected."""
+    one: float = 1.0
+    two: float = 0.0
+    per_doubling: float = PER_DOUBLING
+    per_token: float = 0.0
+    spread: float = 0.0      # typical |error| of one measurement against the fit
+    n: int = 0               # measurements so far
 
     def __call__(self, width: int) -> float:
-        x = _LOG2[width]
-        j = min(int(x), KNOTS - 2)
-        return self.knots[j] + (x - j) * (self.knots[j + 1] - self.knots[j])
+        return self.one + (width >= 2) * self.two + self.per_doubling * _LOG2[width] + self.per_token * (width - 1)
 
     def widths(self, n: int) -> list[float]:
-        """verify(w) for w = 0 .. n - 1 (w = 0 priced as 1)."""
-        return [self(max(1, w)) for w in range(n)]
+        """verify(w) for w = 0 .. n - 1 (w = 0 priced as 1), each at least 1e-6."""
+        return [max(1e-6, self(max(1, w))) for w in range(n)]
+
+    @property
+    def seen(self) -> bool:
+        return self.n > 0
 
     def observe(self, width: int, ms: float) -> None:
-        if not self.seen:
+        self.n += 1
+        if self.n == 1:
             scale = ms / self(width)
-            self.knots = [k * scale for k in self.knots]
-            self.seen = True
-        x = _LOG2[width]
-        j = min(int(x), KNOTS - 2)
+            self.one, self.two, self.per_doubling, self.per_token = (
+                v * scale for v in (self.one, self.two, self.per_doubling, self.per_token))
+            self.spread = 0.5 * ms      # wide at first: the first measurements move the fit far
+            return
+        x = (1.0, float(width >= 2), _LOG2[width], width - 1.0)
         predicted = self(width)
-        error = max(-MAX_ERROR * predicted, min(MAX_ERROR * predicted, ms - predicted))
-        for knot, share in ((j, 1 - (x - j)), (j + 1, x - j)):
-            if share > 0:
-                self.weights[knot] += share
-                self.knots[knot] = max(1e-6, self.knots[knot] + share * error / min(self.weights[knot], 1 / RATE))
+        error = ms - predicted
+        # the spread follows the errors, a far one counting as at most 2 spreads; it never falls
+        # below SPREAD_FLOOR of the fit, so a steady machine that turns slower is still followed
+        rate = max(RATE, 1 / self.n)
+        spread = max(self.spread, SPREAD_FLOOR * predicted)
+        self.spread = spread + rate * (min(abs(error), 2 * spread) - spread)
+        step = rate * max(-CLIP * spread, min(CLIP * spread, error)) / sum(v * v for v in x)
+        self.one, self.two, self.per_doubling, self.per_token = (
+            max(0.0, c + step * v) for c, v in zip((self.one, self.two, self.per_doubling, self.per_token), x))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from transformers import LlamaForCausalLM
 from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
 from engine.drafters import DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
 from engine.drafters.datastore import Datastore, save
-from engine.policy import KNOTS, Acceptance, Mean, VerifyCost, key
+from engine.policy import Acceptance, Mean, VerifyCost, key
 from engine.vocab import build_vocab
 from tests.sampling_law import (MIN_EXPECTED, POOLED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
                                 output_law)
@@ -171,12 +171,12 @@ def costed_policy() -> Policy:
     """The policy with its costs and acceptance given and frozen, so that its plans are
     reproducible: a verify pass costs 1 ms and 0.05 ms a token more, a draft model step 0.1 ms,
     the draft model's tokens are right 0.8 of the time, and a free proposal's (prompt lookup's,
-    the datastore's) from 0.35 after one matched token to 0.9 after 16. Under these it plans each
+    the datastore's) from 0.3 after one matched token to 0.9 after 16. Under these it plans each
     kind of round by what the free drafters offer: chains of lookup, of the datastore or of the
     draft model, and trees of a free proposal and the model's chain."""
-    verify = VerifyCost(knots=[1.0 + 0.05 * (2 ** j - 1) for j in range(KNOTS)], seen=True)
+    verify = VerifyCost(one=1.0, per_doubling=0.0, per_token=0.05, n=1)
     acceptance = {"model": Acceptance(0.8)}
-    for match, p in ((1, 0.35), (2, 0.5), (4, 0.6), (8, 0.75), (16, 0.9)):
+    for match, p in ((1, 0.3), (2, 0.4), (4, 0.6), (8, 0.75), (16, 0.9)):
         for name, source in (("lookup", "prompt"), ("lookup", "completions"), ("datastore", "datastore")):
             acceptance[key(name, Draft([], match=match, source=source))] = Acceptance(p)
     return Policy(frozen=True, verify=verify, acceptance=acceptance, model_begin=Mean(0.0),

@@ -10,7 +10,7 @@ import pytest
 
 from engine import Drafters, LocalEngine, EngineConfig, GenerationSettings, KVPool, Policy, speculative_generate
 from engine.drafters import Draft, LookupDrafter
-from engine.policy import KNOTS, Acceptance, Mean, VerifyCost
+from engine.policy import Acceptance, Mean, VerifyCost
 from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, chi_square_ok
 from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import MAX_NEW, PROMPTS, _ids
@@ -26,7 +26,7 @@ PROMPT_TEXT = "abcdab"
 def tree_policy() -> Policy:
     """A policy for which every tree pays: drafting is free and verifying costs 1 ms at any width
     (the draft model's tokens right 0.6 of the time)."""
-    return Policy(frozen=True, verify=VerifyCost(knots=[1.0] * KNOTS, seen=True), acceptance={"model": Acceptance(0.6)},
+    return Policy(frozen=True, verify=VerifyCost(one=1.0, per_doubling=0.0, n=1), acceptance={"model": Acceptance(0.6)},
                   model_begin=Mean(0.0), model_first=Mean(0.0), model_step=Mean(0.0))
 
 

@@ -148,8 +148,9 @@ class LocalEngine:
             # what reading the documents gained, at a target step's cost (a cancelled request
             # paid the read for part of an answer: not judged)
             if result.stop_reason != "cancelled" and self.policy.verify.seen:
-                lookup.judge(sum(sources.get(s, (0, 0, 0))[2] for s in (DOCUMENT, OPEN_DOCUMENTS)),
+                lookup.judge(sum(sources[s].agreed for s in (DOCUMENT, OPEN_DOCUMENTS) if s in sources),
                              self.policy.verify(1))
-            result.figures["lookup"] = {name: {s: v[i] for s, v in sources.items()}
-                                        for i, name in enumerate(("proposed", "tokens", "agreed"))} | lookup.summary()
+            result.figures["lookup"] = {"proposed": {s: c.proposals for s, c in sources.items()},
+                                        "tokens": {s: c.proposed for s, c in sources.items()},
+                                        "agreed": {s: c.agreed for s, c in sources.items()}, **lookup.summary()}
         return result

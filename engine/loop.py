@@ -192,22 +192,18 @@ def observe(r: Round, tree: DraftTree, accepted: list[int], bonus: int, verify_m
     for name, draft in r.offers.items():
         agreed = policy.observe_free(name, draft, written)
         if draft.tokens:
-            c = stats.counts(name)
-            c.proposals, c.proposed, c.agreed = c.proposals + 1, c.proposed + len(draft.tokens), c.agreed + agreed
-            by = stats.sources.setdefault(draft.source, [0, 0, 0])
-            by[0], by[1], by[2] = by[0] + 1, by[1] + len(draft.tokens), by[2] + agreed
+            for counts in (stats.counts(name), stats.source(draft.source)):
+                counts.add(proposals=1, proposed=len(draft.tokens), agreed=agreed)
     for chain in r.chains:
         n = common_prefix_len(accepted, chain.tokens)
-        c = stats.counts(chain.drafter)
-        c.chains, c.drafted, c.accepted = c.chains + 1, c.drafted + len(chain.tokens), c.accepted + n
+        stats.counts(chain.drafter).add(chains=1, drafted=len(chain.tokens), accepted=n)
         stats.count_positions(chain.drafter, chain.asked, n)
         if chain.drafter == "model":
             policy.observe_model(chain.asked, n, r.model, r.model_ms, r.begin_ms)
     if r.model is not None:
-        c, ms = stats.counts("model"), r.model_ms + (r.begin_ms or 0.0)
-        c.proposals, c.proposed, c.passes, c.ms = c.proposals + 1, c.proposed + len(r.model.tokens), \
-            c.passes + r.model.passes, c.ms + ms
-        c.agreed += common_prefix_len(r.model.tokens, written)
+        ms = r.model_ms + (r.begin_ms or 0.0)
+        stats.counts("model").add(proposals=1, proposed=len(r.model.tokens), passes=r.model.passes, ms=ms,
+                                  agreed=common_prefix_len(r.model.tokens, written))
         stats.draft_ms += ms
     width, two = len(tree.tokens), tree.leaves > 1
     policy.observe_pass(width, verify_ms, two)

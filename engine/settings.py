@@ -65,6 +65,10 @@ class DrafterCounts:
     passes: int = 0       # its model's forward passes
     ms: float = 0.0       # proposing (a draft model's prefill included)
 
+    def add(self, **counts) -> None:
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
 
 @dataclass
 class GenerationStats:
@@ -89,7 +93,7 @@ class GenerationStats:
     rounds_by_drafter: Counter = field(default_factory=Counter)
     tree_passes: int = 0        # rounds that verified two chains that part, in one tree pass
     drafters: dict = field(default_factory=dict)    # drafter name -> DrafterCounts
-    sources: dict = field(default_factory=dict)     # free proposals by where found -> [proposals, tokens, agreed]
+    sources: dict = field(default_factory=dict)     # where free proposals were found -> their DrafterCounts
     policy: dict = field(default_factory=dict)      # the policy's estimates after the call
     draft_trimmed: int = 0      # draft tokens never verified because they lay past a decided stop
     first_from_prefill: int = 0  # 1 when the answer's first token came from the prefill pass (not a round)
@@ -99,6 +103,9 @@ class GenerationStats:
 
     def counts(self, drafter: str) -> DrafterCounts:
         return self.drafters.setdefault(drafter, DrafterCounts())
+
+    def source(self, source: str) -> DrafterCounts:
+        return self.sources.setdefault(source, DrafterCounts())
 
     def count_positions(self, drafter: str, asked: int, accepted: int) -> None:
         reached = positions_reached(asked, accepted)
@@ -127,6 +134,7 @@ class GenerationStats:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["rounds_by_drafter"] = dict(self.rounds_by_drafter)
         d["drafters"] = {name: asdict(c) for name, c in self.drafters.items()}
+        d["sources"] = {name: asdict(c) for name, c in self.sources.items()}
         d["acceptance_rate"] = round(self.acceptance_rate, 4)
         d["tokens_per_target_call"] = round(self.tokens_per_target_call, 4)
         # engine overhead: everything outside the models' forward passes

@@ -10,7 +10,7 @@ from lsprotocol import types
 
 from lsp.loading import ensure_models
 from lsp.notify import show
-from lsp.settings import SettingsError, parse_settings, unknown_keys
+from lsp.settings import SettingsError, parse_settings, unknown_keys, unknown_setting
 
 if TYPE_CHECKING:
     from lsp.server import SpecfillServer
@@ -28,20 +28,37 @@ def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
         return False
     if isinstance(raw, dict) and set(raw) == {SECTION}:
         raw = raw[SECTION]      # {"specfill": {...}} where the bare section was expected
+    problems: list[str] = []
     try:
         new = parse_settings(raw, state.settings)
     except SettingsError as exc:
-        show(ls, f"{exc} (from {source}); keeping the previous settings")
+        new = None
+        problems.append(f"{exc}; keeping the previous settings")
+    problems += [f"{unknown_setting(name, list_known=False)}; ignored" for name in unknown_keys(raw)]
+    tell_settings_problems(ls, problems, source, error=new is None)
+    if new is None:
         return False
-    extra = unknown_keys(raw)
-    if extra:
-        log.warning("ignoring unknown settings from %s: %s", source, ", ".join(extra))
     state.settings = new
     state.settings_version += 1
     log.info("settings v%d from %s: %s", state.settings_version, source, new)
     if state.initialized:
         ensure_models(ls)
     return True
+
+
+def tell_settings_problems(ls: SpecfillServer, problems: list[str], source: str, error: bool) -> None:
+    """One notice for the problems of a settings section that were not told already. Editors
+    send the same section up to three ways (initializationOptions, the configuration pull, a
+    push): a problem is told once while it lasts, and again only after a section without it."""
+    state = ls.state
+    new = [p for p in problems if p not in state.settings_problems]
+    state.settings_problems = set(problems)
+    if not new:
+        if problems:
+            log.info("settings from %s: %s (told already)", source, "; ".join(problems))
+        return
+    log.info("settings problems from %s", source)
+    show(ls, "; ".join(new), types.MessageType.Error if error else types.MessageType.Warning)
 
 
 def pull_settings(ls: SpecfillServer) -> Future:

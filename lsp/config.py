@@ -2,6 +2,7 @@
 workspace/didChangeConfiguration (push), versioned so a late pull reply cannot undo a push."""
 from __future__ import annotations
 
+import json
 import logging
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from lsprotocol import types
 
 from lsp.loading import ensure_models
 from lsp.notify import show
-from lsp.settings import SettingsError, parse_settings, unknown_keys, unknown_setting
+from lsp.settings import parse_settings_leniently, unknown_keys, unknown_setting
 
 if TYPE_CHECKING:
     from lsp.server import SpecfillServer
@@ -21,22 +22,19 @@ SECTION = "specfill"
 
 
 def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
-    """Validate and apply a `specfill` section; on error keep the previous settings and tell
-    the user. Returns whether anything was applied."""
+    """Validate and apply a `specfill` section: its valid values apply, an invalid one keeps its
+    previous value, and the user is told (once) what was wrong. Returns whether anything was
+    applied."""
     state = ls.state
     if raw is None:
         return False
     if isinstance(raw, dict) and set(raw) == {SECTION}:
         raw = raw[SECTION]      # {"specfill": {...}} where the bare section was expected
-    problems: list[str] = []
-    try:
-        new = parse_settings(raw, state.settings)
-    except SettingsError as exc:
-        new = None
-        problems.append(f"{exc}; keeping the previous settings")
+    new, errors = parse_settings_leniently(raw, state.settings)
+    problems = [f"{err}; keeping {_shown(state.settings, err.name)}" for err in errors]
     problems += [f"{unknown_setting(name, list_known=False)}; ignored" for name in unknown_keys(raw)]
-    tell_settings_problems(ls, problems, source, error=new is None)
-    if new is None:
+    tell_settings_problems(ls, problems, source, error=bool(errors))
+    if not isinstance(raw, dict):
         return False
     state.settings = new
     state.settings_version += 1
@@ -44,6 +42,14 @@ def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
     if state.initialized:
         ensure_models(ls)
     return True
+
+
+def _shown(settings, name: str) -> str:
+    """`name = value` as in force (a secret shown as set), or the previous settings for a
+    section that is not an object."""
+    if not hasattr(settings, name):
+        return "the previous settings"
+    return f"{name} = {json.dumps(settings.to_dict()[name])}"
 
 
 def tell_settings_problems(ls: SpecfillServer, problems: list[str], source: str, error: bool) -> None:

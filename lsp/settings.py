@@ -317,6 +317,26 @@ def parse_settings(raw: dict | None, previous: Settings) -> Settings:
     return previous.replace(**changes)
 
 
+def parse_settings_leniently(raw: dict | None, previous: Settings) -> tuple[Settings, list[SettingsError]]:
+    """`parse_settings` for a section from an editor: the valid values apply, an invalid one
+    keeps its previous value and is returned, so one mistake does not undo the user's other
+    settings (their models, say). A section that is not an object changes nothing."""
+    if raw is None:
+        return previous, []
+    if not isinstance(raw, dict):
+        return previous, [SettingsError("<section>", raw, "an object of specfill settings")]
+    changes: dict[str, Any] = {}
+    errors: list[SettingsError] = []
+    for name, value in raw.items():
+        if name not in FIELDS:
+            continue
+        try:
+            changes[name] = FIELDS[name].default if value is None else _check_value(name, value)
+        except SettingsError as exc:
+            errors.append(exc)
+    return previous.replace(**changes), errors
+
+
 def unknown_keys(raw: dict | None) -> list[str]:
     if not isinstance(raw, dict):
         return []

@@ -60,7 +60,10 @@ async def test_an_invalid_value_is_one_notice_whatever_route_it_came_by():
         notices = shown(client, "temperature")
         assert len(notices) == 1, [m.message for m in client.messages]
         assert notices[0].type == types.MessageType.Error
-        assert "invalid value for specfill.temperature: 5" in notices[0].message
+        assert notices[0].message == ("specfill: invalid value for specfill.temperature: 5 (allowed: number 0-2); "
+                                      "keeping temperature = 0.0")
+        # the rest of the section applies: one mistake does not undo the user's other settings
+        assert (await stats(client))["settings"]["enable"] is False
         # fixed, then broken again: told again
         push_settings(client, {"enable": False, "temperature": 0.5})
         await wait_for_setting(client, "temperature", 0.5)

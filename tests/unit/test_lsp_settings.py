@@ -16,6 +16,7 @@ from lsp.cli import parse_location, parse_tcp
 from lsp.positions import split_lines, to_client, to_codepoints
 from lsp.settings import (FIELDS, FIM_TEMPLATES, Settings, SettingsError, closest_setting,
                           document_too_large, markdown_table, parse_assignment, parse_settings,
+                          parse_settings_leniently,
                           schema, unknown_keys, unknown_setting)
 
 
@@ -90,6 +91,15 @@ def test_a_document_is_too_large_past_max_document_chars():
     assert document_too_large(2000, 2000) is None
     why = document_too_large(2001, 2000)
     assert why.startswith("2001 characters, over maxDocumentChars (2000)")
+
+
+def test_an_editors_section_keeps_its_valid_values_when_one_is_invalid():
+    prev = parse_settings({"maxNewTokens": 9}, Settings())
+    s, errors = parse_settings_leniently({"targetModel": "/models/x", "temperature": 5, "maxNewTokens": None}, prev)
+    assert (s.targetModel, s.temperature, s.maxNewTokens) == ("/models/x", 0.0, Settings().maxNewTokens)
+    assert [e.name for e in errors] == ["temperature"]
+    same, errors = parse_settings_leniently(["not", "an", "object"], prev)
+    assert same is prev and len(errors) == 1
 
 
 def test_unknown_keys_are_ignored_but_reported():

@@ -1,7 +1,8 @@
 """`specfill generate`: continue a prompt file with the target model, drafted speculatively.
 
-The engine (and with it torch) is imported inside `generate_main`, so that importing the
-command line loads no torch (see cli/main.py)."""
+The engine (and with it torch) is imported inside `generate_main`, after the arguments are
+checked (against the engine's own limits, lsp/engine_limits.py), so that importing the command
+line loads no torch (see cli/main.py) and a bad argument is refused at once."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from lsp.arguments import EXIT_USAGE, OneLineParser, keyword_or_path, number
-
-BACKENDS = ("auto", "llamacpp", "openai")     # engine.remote.BACKENDS, without importing the engine
+from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
 REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 # Options that choose local models or their decoding: nothing to do on a remote target.
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 
 def draft_length(value: str) -> int | str:
-    from engine.settings import MAX_DRAFT_LENGTH
-
     if value == "auto":
         return value
     try:
@@ -43,16 +41,12 @@ def datastore(value: str) -> str:
 
 
 def _device(value: str) -> str:
-    from engine.settings import DEVICE_PATTERN, DEVICES
-
     if not re.fullmatch(DEVICE_PATTERN, value):
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(DEVICES)} or cuda:N, got {value!r}")
     return value
 
 
 def generate_main(argv: list[str]) -> int:
-    from engine.settings import DEVICES, DRAFT_CONTROLS, DTYPES   # the limits and lists live with the engine's settings
-
     p = OneLineParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
     p.add_argument("--target", default="default",

@@ -2,7 +2,10 @@
 what the editor already shows (usually from the cache), then exact samples from the target
 model (the engine's lossless speculative sampling: each is an honest draw), cut and cleaned
 like any completion and without duplicates. Made only when the user asks to cycle, so typing
-costs nothing more; samples are not cached (a cached sample would come back every time)."""
+costs nothing more; samples are not cached (a cached sample would come back every time).
+
+The engine is imported where it is used: the settings table reads MAX_CANDIDATES without
+loading torch."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +14,6 @@ from typing import TYPE_CHECKING
 
 from completion.context import parse_document
 from completion.postprocess import clean_completion, with_eol
-from engine.remote import RemoteEngine
-from engine.settings import GenerationSettings
 
 if TYPE_CHECKING:
     from completion.pipeline import Completion, CompletionOptions, CompletionRequest, Pipeline
@@ -30,6 +31,7 @@ def sample_once(pipeline: Pipeline, req: CompletionRequest, options: CompletionO
                 cancel: threading.Event | None) -> Completion | None:
     """One sampled completion at the request's cursor, cleaned; None when empty or cancelled."""
     from completion.pipeline import Completion
+    from engine.settings import GenerationSettings
 
     cur = parse_document(req.text, req.line, req.character)
     prompts = pipeline.build_prompts(req.uri, cur, options)
@@ -53,6 +55,8 @@ def alternatives(pipeline: Pipeline, req: CompletionRequest, options: Completion
                  cancel: threading.Event | None = None) -> list[Completion]:
     """Up to `count` different completions: the greedy one first (when there is one), then
     samples. A remote engine gives the greedy one only."""
+    from engine.remote import RemoteEngine
+
     count = max(1, min(count, MAX_CANDIDATES))
     first = pipeline.complete(req, options, cancel=cancel)
     found = [first] if first is not None else []

@@ -12,12 +12,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from lsp.arguments import EXIT_USAGE, OneLineParser, keyword_or_path, number
-from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
+from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH, QUANTIZE
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
 REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 # Options that choose local models or their decoding: nothing to do on a remote target.
 LOCAL_ONLY = ("draft", "draft_length", "draft_control", "no_lookup", "datastore", "device", "dtype",
-              "threads", "trust_remote_code")
+              "quantize", "threads", "trust_remote_code")
 
 if TYPE_CHECKING:
     from engine import LoadedModel
@@ -66,7 +66,9 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--top-p", type=number(float, 0, 1, low_open=True), default=1.0, help="1 = off")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default="auto", type=_device, help=f"{', '.join(DEVICES)} or cuda:N")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="auto: a real-sized 16-bit checkpoint in its own precision where the CPU computes it, else float32")
+    p.add_argument("--quantize", default="none", choices=QUANTIZE, help="int8: 8-bit weights (CPU)")
     p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--cuda-graphs", action="store_true",
@@ -97,7 +99,8 @@ def generate_main(argv: list[str]) -> int:
 
     try:
         engine = Engine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
-                                     dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                                     dtype=args.dtype, quantize=args.quantize,
+                                     trust_remote_code=args.trust_remote_code,
                                      threads=args.threads, lookup=not args.no_lookup,
                                      datastore=args.datastore, cuda_graphs=args.cuda_graphs))
     except ModelLoadError as e:

@@ -23,10 +23,9 @@ import warnings
 
 import torch
 
+from .cpu import cpu_flags
 from .matmul import _fused_bias
-from .precision import cpu_flags
-
-QUANTIZE = ("none", "int8")
+from .settings import QUANTIZE
 QUANTIZE_ROWS = 8192    # rows of a weight converted at a time
 
 

@@ -10,6 +10,7 @@ MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength`
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZE = ("none", "int8")   # the local models' linear weights (engine/quantize.py)
 DRAFT_CONTROLS = ("cost", "heuristic")   # how `draft_length: auto` decides (engine/control.py)
 
 

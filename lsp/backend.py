@@ -45,7 +45,7 @@ def load_backend(settings: Settings) -> Backend:
         log.info("remote target %s (backend %s)", engine.settings.base_url, settings.backend)
         return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
     config = EngineConfig(target=settings.targetModel, draft=settings.draftModel,
-                          device=settings.device, dtype=settings.dtype,
+                          device=settings.device, dtype=settings.dtype, quantize=settings.quantize,
                           trust_remote_code=settings.trustRemoteCode,
                           max_cache_tokens=settings.maxCacheTokens,
                           kv_reuse=settings.kvReuse, lookup=settings.promptLookup,

@@ -1,5 +1,5 @@
 """The engine's own lists and limits that settings are checked against (device names, dtypes,
-the longest draft, how `draftLength: auto` decides, the remote protocols), read as literals from
+the longest draft, how `draftLength: auto` decides, the quantizations, the remote protocols), read as literals from
 engine/settings.py and engine/remote.py without importing the engine.
 
 Importing any engine module runs engine/__init__.py, which imports torch and transformers
@@ -34,10 +34,11 @@ def engine_literals(module_file: str, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 _settings = engine_literals("settings.py", ("MAX_DRAFT_LENGTH", "DEVICES", "DEVICE_PATTERN", "DTYPES",
-                                            "DRAFT_CONTROLS"))
+                                            "DRAFT_CONTROLS", "QUANTIZE"))
 MAX_DRAFT_LENGTH: int = _settings["MAX_DRAFT_LENGTH"]
 DEVICES: tuple[str, ...] = _settings["DEVICES"]
 DEVICE_PATTERN: str = _settings["DEVICE_PATTERN"]
 DTYPES: tuple[str, ...] = _settings["DTYPES"]
 DRAFT_CONTROLS: tuple[str, ...] = _settings["DRAFT_CONTROLS"]
+QUANTIZE: tuple[str, ...] = _settings["QUANTIZE"]
 BACKENDS: tuple[str, ...] = engine_literals("remote.py", ("BACKENDS",))["BACKENDS"]

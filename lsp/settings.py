@@ -26,11 +26,11 @@ from completion.alternatives import MAX_CANDIDATES
 from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
 from lsp.arguments import keyword_or_path
-from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH
+from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DRAFT_CONTROLS, DTYPES, MAX_DRAFT_LENGTH, QUANTIZE
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
-MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "cudaGraphs", "trustRemoteCode",
+MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "quantize", "cudaGraphs", "trustRemoteCode",
               "maxCacheTokens", "kvReuse", "promptLookup", "datastore", "backend", "apiKey", "apiKeyEnv",
               "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
@@ -107,8 +107,15 @@ class Settings:
     device: str = _setting(
         "auto", "Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU).",
         f"{_quoted(DEVICES)}, `cuda:N`", pattern=DEVICE_PATTERN)
-    dtype: str = _setting("auto", "Weight precision (`auto`: float32 on CPU, bfloat16 or float16 "
-                          "on GPUs).", _quoted(DTYPES), choices=DTYPES)
+    dtype: str = _setting(
+        "auto", "Precision the local models compute in. `auto`: on a GPU bfloat16 (else float16); on "
+        "a CPU a checkpoint's own 16-bit precision for a real-sized model where the CPU computes it "
+        "natively (`specfill --version` says which it does), else float32 (small models, float32 "
+        "checkpoints). The server's log says what it chose and why.", _quoted(DTYPES), choices=DTYPES)
+    quantize: str = _setting(
+        "none", "The local models' weights in 8 bits (`int8`, CPU only): half the memory of 16 bits "
+        "and faster decoding, at a small cost in quality; the output is exactly that of the "
+        "quantized target alone.", _quoted(QUANTIZE), choices=QUANTIZE)
     cudaGraphs: bool = _setting(
         False, "Run the local models' forward passes as replayed CUDA graphs (the lean forward at "
         "fixed shapes, each captured on its first call), which cuts the per-step launch overhead "

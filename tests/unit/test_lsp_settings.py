@@ -54,7 +54,7 @@ def test_the_settings_table_loads_no_torch_and_reads_the_engines_own_limits():
     import engine.remote
     import engine.settings
     from lsp import engine_limits
-    for name in ("MAX_DRAFT_LENGTH", "DEVICES", "DEVICE_PATTERN", "DTYPES", "DRAFT_CONTROLS"):
+    for name in ("MAX_DRAFT_LENGTH", "DEVICES", "DEVICE_PATTERN", "DTYPES", "DRAFT_CONTROLS", "QUANTIZE"):
         assert getattr(engine_limits, name) == getattr(engine.settings, name), name
     assert engine_limits.BACKENDS == engine.remote.BACKENDS
 

@@ -64,8 +64,15 @@ M.defaults = {
   --       Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU). Allowed:
   --       `auto`, `cpu`, `cuda`, `mps`, `cuda:N`.
   --   dtype = "auto"
-  --       Weight precision (`auto`: float32 on CPU, bfloat16 or float16 on GPUs). Allowed: `auto`,
-  --       `float32`, `bfloat16`, `float16`.
+  --       Precision the local models compute in. `auto`: on a GPU bfloat16 (else float16); on a CPU
+  --       a checkpoint's own 16-bit precision for a real-sized model where the CPU computes it
+  --       natively (`specfill --version` says which it does), else float32 (small models, float32
+  --       checkpoints). The server's log says what it chose and why. Allowed: `auto`, `float32`,
+  --       `bfloat16`, `float16`.
+  --   quantize = "none"
+  --       The local models' weights in 8 bits (`int8`, CPU only): half the memory of 16 bits and
+  --       faster decoding, at a small cost in quality; the output is exactly that of the quantized
+  --       target alone. Allowed: `none`, `int8`.
   --   cudaGraphs = false
   --       Run the local models' forward passes as replayed CUDA graphs (the lean forward at fixed
   --       shapes, each captured on its first call), which cuts the per-step launch overhead on a

@@ -44,7 +44,6 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
-from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
 
 from . import kernel_cache
 from .matmul import ROWS, Kernels, Linear, choose_kernels, fp16_ready, measures_kernels, use_kernels
@@ -312,9 +311,8 @@ class LeanLlama:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.hidden = cfg.hidden_size
         self.eps = cfg.rms_norm_eps
-        rot = self.inner.rotary_emb
-        self.positions = _Positions(rot.inv_freq.float().clone(), float(getattr(rot, "attention_scaling", 1.0)))
-        self.act = _activation(self.inner.layers[0].mlp.act_fn)
+        self.positions = _Positions(*_rope(cfg))
+        self.act = ACTIVATIONS[cfg.hidden_act]
         linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                     l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
         weights = _Weights(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes, quantize)
@@ -406,9 +404,9 @@ class _BigCodeBlock:
     act: object
 
 
-def _ln(ln: torch.nn.LayerNorm, vector=lambda t: t) -> tuple:
+def _ln(ln: torch.nn.Module, eps: float, vector=lambda t: t) -> tuple:
     """A LayerNorm's arguments, looked up once (its weight and bias through `vector`)."""
-    return ln.normalized_shape, vector(ln.weight), vector(ln.bias), ln.eps
+    return tuple(ln.weight.shape), vector(ln.weight), vector(getattr(ln, "bias", None)), eps
 
 
 def _layer_norm(x, ln: tuple):
@@ -416,15 +414,23 @@ def _layer_norm(x, ln: tuple):
     return torch.layer_norm(x, shape, weight, bias, eps, torch.backends.cudnn.enabled)
 
 
-def _activation(module: torch.nn.Module):
-    """The function a transformers activation module calls, where it only wraps one (one or two
-    Python calls less per layer); else the module's forward."""
-    if isinstance(module, torch.nn.SiLU) or type(module).__name__ == "SiLUActivation":
-        return F.silu
-    act = getattr(module, "act", None)
-    if type(module).__name__ == "GELUTanh" and isinstance(act, functools.partial):
-        return act
-    return module.forward
+# The activations the lean forward computes, by the config's name for them (`hidden_act`,
+# GPTBigCode's `activation_function`), as the functions transformers' activation modules call.
+ACTIVATIONS = {"silu": F.silu, "swish": F.silu, "gelu": F.gelu,
+               "gelu_pytorch_tanh": functools.partial(F.gelu, approximate="tanh")}
+
+
+def _rope(cfg) -> tuple[torch.Tensor, float]:
+    """Rotary positions' inverse frequencies and the attention scaling of their cos and sin, as
+    transformers computes them for the config (the default rope here; others by its table)."""
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    kind = rope.get("rope_type", "default")
+    if kind != "default":
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](cfg)
+        return inv_freq.float(), float(scaling)
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
 
 
 class LeanBigCode:
@@ -444,9 +450,9 @@ class LeanBigCode:
         linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
         weights = _Weights(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes, quantize)
         self.packed, self.kernels, self.compute_dtype = weights.packed, weights.kernels, weights.compute_dtype
-        ln = lambda m: _ln(m, weights.vector)  # noqa: E731
+        ln = lambda m: _ln(m, cfg.layer_norm_epsilon, weights.vector)  # noqa: E731
         self.blocks = [_BigCodeBlock(ln(b.ln_1), *(weights.linear([m]) for m in mods[:2]), ln(b.ln_2),
-                                     *(weights.linear([m]) for m in mods[2:]), _activation(b.mlp.act))
+                                     *(weights.linear([m]) for m in mods[2:]), ACTIVATIONS[cfg.activation_function])
                        for b, mods in zip(self.inner.h, linears)]
         self.lm_head = weights.linear([model.lm_head])
         self.wte, self.ln_f = self.inner.wte.weight, ln(self.inner.ln_f)
@@ -490,24 +496,31 @@ LeanModel = LeanLlama | LeanBigCode
 
 
 def lean_unsupported(model) -> str | None:
-    """Why `model` cannot run a lean forward, or None when it can. The lean classes read the
-    module layout of these transformers classes, so the check is on the class itself."""
+    """Why `model` cannot run a lean forward, or None when it can: a transformers model of these
+    families or their checkpoint (engine/checkpoint.py), whose weights the lean classes read by
+    the same names."""
     if getattr(model, "hf_device_map", None):
         return "the model is split across devices (device_map)"
     cfg = model.config
-    if isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)):
-        if getattr(cfg, "use_sliding_window", False):
-            return "sliding-window attention"
-        if getattr(cfg, "mlp_bias", False):
-            return "MLP biases"
-        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
-        if rope_type not in ("default", "linear", "llama3"):
-            return f"rope type {rope_type!r} (dynamic scalings change inv_freq with length)"
+    family = getattr(cfg, "model_type", None)
+    layout = {"llama": "model", "qwen2": "model", "gpt_bigcode": "transformer"}.get(family)
+    if layout is None or not isinstance(getattr(model, layout, None), torch.nn.Module) \
+            or not isinstance(getattr(model, "lm_head", None), torch.nn.Module):
+        return f"no lean forward for {type(model).__name__}"
+    act = getattr(cfg, "activation_function" if family == "gpt_bigcode" else "hidden_act", None)
+    if act not in ACTIVATIONS:
+        return f"activation {act!r}"
+    if family == "gpt_bigcode":
         return None
-    if isinstance(model, GPTBigCodeForCausalLM):
-        return None
-    return f"no lean forward for {type(model).__name__}"
+    if getattr(cfg, "use_sliding_window", False):
+        return "sliding-window attention"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
+    if rope_type not in ("default", "linear", "llama3"):
+        return f"rope type {rope_type!r} (dynamic scalings change inv_freq with length)"
+    return None
 
 
 def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | None = None,
@@ -527,7 +540,7 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
                                 f"{type(model).__name__} does not have ({reason})")
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
         return None
-    cls = LeanBigCode if isinstance(model, GPTBigCodeForCausalLM) else LeanLlama
+    cls = LeanBigCode if model.config.model_type == "gpt_bigcode" else LeanLlama
     lean = cls(model, pack_max_bytes, quantize)
     if quantize != "none":
         model.specfill_quantized = quantize    # its own linear weights are gone

@@ -11,7 +11,9 @@ from urllib.parse import urlparse
 
 import torch
 
+from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, weight_files
 from .kv import model_max_positions
+from .lean import lean_unsupported
 from .precision import checkpoint_dtype, choose_dtype
 from .settings import DEVICE_PATTERN, DEVICES, DTYPES
 from .vocab import TokenVocab, build_vocab
@@ -123,10 +125,14 @@ def hub_files_only(name: str, role: str) -> bool:
 
 
 def load_model(name: str, role: str = "target", device: str = "auto", dtype: str = "auto",
-               trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
+               trust_remote_code: bool = False, device_map: str | None = None,
+               lean_only: bool = False) -> LoadedModel:
     """Load a causal LM + tokenizer. Local directories load offline; a missing model, a model
-    that is not a causal LM, or a missing tokenizer raises ModelLoadError."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    that is not a causal LM, or a missing tokenizer raises ModelLoadError. With `lean_only` (the
+    engine, which runs the lean forward), a checkpoint of a family the lean forward computes
+    loads its weights alone (engine/checkpoint.py: no transformers model class, whose import
+    costs seconds); otherwise, and for training, a transformers model."""
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     from transformers.utils import logging as hf_logging
 
@@ -140,20 +146,47 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     check_dtype(dtype)
     local = os.path.isdir(path) or hub_files_only(path, role)
     kw = dict(trust_remote_code=trust_remote_code, local_files_only=local)
-    try:
-        config = AutoConfig.from_pretrained(path, **kw)
-    except Exception as e:  # noqa: BLE001 - every cause becomes one clear line
-        raise ModelLoadError(f"{role} model {name!r}: not found or unreadable ({_one_line(e)})") from None
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
-        raise ModelLoadError(f"{role} model {name!r}: {config.model_type!r} is not a causal language model")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+    folder = local_folder(path) if local else None
+    lean_checkpoint = lean_only and folder is not None and not device_map and not trust_remote_code
+    config = lite_config(folder) if lean_checkpoint and weight_files(folder) else None
+    if config is None:
+        lean_checkpoint = False
+        try:
+            config = AutoConfig.from_pretrained(path, **kw)
+        except Exception as e:  # noqa: BLE001 - every cause becomes one clear line
+            raise ModelLoadError(f"{role} model {name!r}: not found or unreadable ({_one_line(e)})") from None
+        if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
+            raise ModelLoadError(f"{role} model {name!r}: {config.model_type!r} is not a causal language model")
+    try:   # (given the config, AutoTokenizer does not read it again through transformers' classes)
+        tokenizer = AutoTokenizer.from_pretrained(path, config=config, **kw)
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(f"{role} model {name!r}: tokenizer missing or unreadable ({_one_line(e)})") from None
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{role} model {name!r}: needs a fast (tokenizers) tokenizer")
+    stored = checkpoint_dtype(folder or path, config)
+    model = None
+    if lean_checkpoint:
+        precision = choose_dtype(dtype, dev, stored, 4 * checkpoint_numel(folder))
+        try:
+            model = load_checkpoint(folder, config, precision.dtype, dev)
+        except Exception as e:  # noqa: BLE001
+            raise ModelLoadError(f"{role} model {name!r}: weights could not be loaded ({_one_line(e)})") from None
+        if lean_unsupported(model) is not None:    # a feature the lean forward lacks: transformers runs it
+            model, config = None, AutoConfig.from_pretrained(path, **kw)
+    if model is None:
+        model, precision = _transformers_model(path, kw, config, name, role, dev, dtype, stored, device_map)
+    model.eval()
+    model.requires_grad_(False)
+    log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
+                       device=next(model.parameters()).device, precision=precision.reason)
+
+
+def _transformers_model(path, kw, config, name, role, dev, dtype, stored, device_map):
+    """The checkpoint as a transformers model, and the precision it runs in."""
+    from transformers import AutoModelForCausalLM
+
     # `auto` on a CPU decides from the weights: load them as stored, then convert if needed
-    stored = checkpoint_dtype(path, config)
     decide_later = dtype == "auto" and dev.type == "cpu"
     if decide_later:
         load_dtype = stored if stored is not None else torch.float32
@@ -172,8 +205,15 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
         model = model.to(precision.dtype)
     elif dev.type == "cpu":
         own_memory(model)
-    model.eval()
-    model.requires_grad_(False)
-    log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
-                       device=next(model.parameters()).device, precision=precision.reason)
+    return model, precision
+
+
+def local_folder(path: str) -> str | None:
+    """The folder holding a model's files: the directory itself, or a hub id's snapshot in the
+    local Hugging Face cache (None where its config is not cached)."""
+    if os.path.isdir(path):
+        return path
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(path, "config.json")
+    return os.path.dirname(config) if isinstance(config, str) else None

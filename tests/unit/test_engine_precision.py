@@ -92,7 +92,12 @@ def _reference(model, ids):
 @pytest.mark.parametrize("kernels", [Kernels(ROWS, ROWS, ROWS, ROWS), Kernels(GEMV, GEMV, ROWS, ROWS)])
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "bigcode"])
 def test_plain_16_bit_weights_fused_in_place_equal_the_transformers_forward(kind, kernels):
-    model = tiny_model(kind, 300).to(torch.bfloat16)
+    model = tiny_model(kind, 300)
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    inv_freq = rotary.inv_freq.clone() if rotary is not None else None
+    model = model.to(torch.bfloat16)
+    if rotary is not None:   # float32 frequencies, as the lean forward computes them from the config
+        model.model.rotary_emb.inv_freq = inv_freq
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     lean = make_lean(model, pack_max_bytes=0, kernels=kernels)
     assert not lean.packed and lean.compute_dtype == torch.bfloat16

@@ -5,7 +5,7 @@
 
 Each model reads every file of the set (bench/eval by default: real code no shipped model was
 trained or tuned on) in windows of its context, as the engine computes it (the lean forward on
-the weights the setting gives: `float32` and `bfloat16` are dtypes, `int8` is quantize int8 on
+the weights the setting gives: `float32` and `bfloat16` are dtypes, `int8` and `int4` quantize
 the checkpoint's own precision), and the table gives bits per byte of text (lower is better)
 and each setting's difference from float32. Speculative decoding is exact for each setting: a
 setting changes the model, not how faithfully specfill follows it.
@@ -18,7 +18,8 @@ import sys
 from bench.common import add_file_options, bench_parser
 from bench.eval import file_set
 
-SETTINGS = {"float32": dict(dtype="float32"), "bfloat16": dict(dtype="bfloat16"), "int8": dict(quantize="int8")}
+SETTINGS = {"float32": dict(dtype="float32"), "bfloat16": dict(dtype="bfloat16"), "int8": dict(quantize="int8"),
+            "int4": dict(quantize="int4")}
 WINDOW_OVERLAP = 64       # tokens of context a window carries over from the one before
 
 

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 
 from . import kernel_cache
 from .matmul import ROWS, Kernels, Linear, choose_kernels, fp16_ready, measures_kernels, use_kernels
-from .quantize import QuantizeError, check_quantize, quantize_linears
+from .quantize import COMPUTE_DTYPES, QuantizeError, check_quantize, quantize_linears
 
 log = logging.getLogger("specfill.engine")
 
@@ -260,10 +260,11 @@ class _SliceStep:
 
 class _Weights:
     """How a lean model holds its linear maps, chosen once per model: packed copies (a small
-    model, while they add at most `pack_max_bytes`), the model's own weights (plain), or int8
-    (`quantize`). `linear` makes one map of several modules (fused as the forward calls them);
-    `compute_dtype` is the dtype of activations and the cache (float32 for int8 maps, whose
-    kernel takes and returns float32); `vector` gives a norm weight, bias or table in it."""
+    model, while they add at most `pack_max_bytes`), the model's own weights (plain), or
+    quantized copies (`quantize`: int8, int4). `linear` makes one map of several modules (fused
+    as the forward calls them); `compute_dtype` is the dtype of activations and the cache (what
+    a quantized map's kernel takes and returns: float32 for int8, bfloat16 for int4; else the
+    weights'); `vector` gives a norm weight, bias or table in it."""
 
     def __init__(self, model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int, quantize: str):
         param = model.get_input_embeddings().weight
@@ -273,16 +274,16 @@ class _Weights:
         if quantize == "none":
             total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
             self.packed = total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
-        self.compute_dtype = torch.float32 if quantize != "none" else param.dtype
+        self.compute_dtype = COMPUTE_DTYPES.get(quantize, param.dtype)
         # Before measuring (and where nothing is measured: a GPU), packed maps take the transposed
         # product for verify widths, plain ones torch's default everywhere.
         self.kernels = Kernels() if self.packed else Kernels(ROWS, ROWS, ROWS, ROWS)
-        # a weight the model also reads as its embedding stays where int8 copies are made of it
+        # a weight the model also reads as its embedding stays where quantized copies are made of it
         self.keep = {param.data_ptr()}
 
     def linear(self, modules: list[torch.nn.Linear]):
-        if self.quantize == "int8":
-            return quantize_linears(modules, self.keep)
+        if self.quantize != "none":
+            return quantize_linears(modules, self.keep, self.quantize)
         return Linear(modules, packed=self.packed, kernels=self.kernels)
 
     def vector(self, t: torch.Tensor | None) -> torch.Tensor | None:
@@ -527,7 +528,7 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
               quantize: str = "none") -> LeanModel | None:
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
-    (0: never; it then reads the model's own weights), or, with `quantize` int8, makes int8
+    (0: never; it then reads the model's own weights), or, with `quantize`, makes quantized
     copies and frees the model's own (engine/quantize.py: the transformers forward can no
     longer run that model; a model without a lean forward cannot be quantized). A model with
     kernels to choose between (matmul.measures_kernels) takes those measured on this machine

@@ -105,12 +105,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"{parser.prog}: {problem}", file=sys.stderr)
             return EXIT_USAGE
-    elif sys.stdin.isatty():   # a person ran it: say what it waits for
+    stop_on_interrupt()     # before the hint: a Ctrl-C right after it ends the server too
+    if not args.tcp and sys.stdin.isatty():   # a person ran it: say what it waits for
         print(TERMINAL_HINT, file=sys.stderr)
     wire = None if args.tcp else protect_stdout()
     setup_logging(args.log_level, force=True, to_client=True)   # the server owns this process's logging
     log = logging.getLogger("specfill.serve")
-    stop_on_interrupt()
 
     # After the redirect: this pulls in pygls (the engine, and torch, load with the models).
     from lsp.client_log import disconnect

@@ -72,7 +72,7 @@ M.defaults = {
   --   quantize = "none"
   --       The local models' weights in 8 bits (`int8`, CPU only): half the memory of 16 bits and
   --       faster decoding, at a small cost in quality; the output is exactly that of the quantized
-  --       target alone. Allowed: `none`, `int8`.
+  --       target alone. Allowed: `none`, `int8`, `int4`.
   --   cudaGraphs = false
   --       Run the local models' forward passes as replayed CUDA graphs (the lean forward at fixed
   --       shapes, each captured on its first call), which cuts the per-step launch overhead on a

@@ -113,9 +113,11 @@ class Settings:
         "natively (`specfill --version` says which it does), else float32 (small models, float32 "
         "checkpoints). The server's log says what it chose and why.", _quoted(DTYPES), choices=DTYPES)
     quantize: str = _setting(
-        "none", "The local models' weights in 8 bits (`int8`, CPU only): half the memory of 16 bits "
-        "and faster decoding, at a small cost in quality; the output is exactly that of the "
-        "quantized target alone.", _quoted(QUANTIZE), choices=QUANTIZE)
+        "none", "The local models' weights in fewer bits (CPU only): `int8` (half the memory of 16 "
+        "bits, faster decoding, and verifying several drafted tokens costs little more than one) or "
+        "`int4` (a quarter, the fastest decoding, but verifying several tokens costs several times "
+        "one); a small cost in quality (`python -m bench.quality`). The output is exactly that of "
+        "the quantized target alone.", _quoted(QUANTIZE), choices=QUANTIZE)
     cudaGraphs: bool = _setting(
         False, "Run the local models' forward passes as replayed CUDA graphs (the lean forward at "
         "fixed shapes, each captured on its first call), which cuts the per-step launch overhead "

@@ -70,9 +70,11 @@ M.defaults = {
   --       checkpoints). The server's log says what it chose and why. Allowed: `auto`, `float32`,
   --       `bfloat16`, `float16`.
   --   quantize = "none"
-  --       The local models' weights in 8 bits (`int8`, CPU only): half the memory of 16 bits and
-  --       faster decoding, at a small cost in quality; the output is exactly that of the quantized
-  --       target alone. Allowed: `none`, `int8`, `int4`.
+  --       The local models' weights in fewer bits (CPU only): `int8` (half the memory of 16 bits,
+  --       faster decoding, and verifying several drafted tokens costs little more than one) or
+  --       `int4` (a quarter, the fastest decoding, but verifying several tokens costs several times
+  --       one); a small cost in quality (`python -m bench.quality`). The output is exactly that of
+  --       the quantized target alone. Allowed: `none`, `int8`, `int4`.
   --   cudaGraphs = false
   --       Run the local models' forward passes as replayed CUDA graphs (the lean forward at fixed
   --       shapes, each captured on its first call), which cuts the per-step launch overhead on a

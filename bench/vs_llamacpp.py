@@ -346,14 +346,15 @@ PRE_TOKENIZER = {"starcoder": "qwen2"}     # real_shapes tokenizer -> llama.cpp 
 
 def convert(model_dir: Path, shape, outtype: str, sources: Path, cache: Path, log=print) -> Path:
     """The model as a GGUF of `outtype` (f16, q8_0) by llama.cpp's converter, cached by the
-    shape's stamp and this script."""
+    shape's stamp, the converter's source and this script."""
     import hashlib
-    key = hashlib.sha256((shape.stamp() + _CONVERT + str(sources)).encode()).hexdigest()[:12]
+    converter = sources / "convert_hf_to_gguf.py"
+    if not converter.is_file():
+        raise UsageError(f"llama.cpp's converter is not in {sources}")
+    key = hashlib.sha256(shape.stamp().encode() + converter.read_bytes() + _CONVERT.encode()).hexdigest()[:12]
     out = cache / f"{shape.name}-{key}-{outtype}.gguf"
     if out.is_file():
         return out
-    if not (sources / "convert_hf_to_gguf.py").is_file():
-        raise UsageError(f"llama.cpp's converter is not in {sources}")
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial")
     t0 = time.monotonic()

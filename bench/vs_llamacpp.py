@@ -453,6 +453,8 @@ def measure(row: Row, side, prompt: Prompt, new_tokens: int, runs: dict) -> None
         row.tokens.append(g["tokens"])
         if g["tokens"] < new_tokens:
             row.notes.append(f"stopped at an end token after {g['tokens']} tokens ({g['stop']})")
+        if g.get("prompt_n", len(prompt.ids)) != len(prompt.ids):
+            row.notes.append(f"prefill: llama-server evaluated {g['prompt_n']} of the prompt's {len(prompt.ids)} tokens")
         verified, notes = side.verify(prompt.ids, runs)
         row.notes.extend(notes)
         for w, ms in verified.items():

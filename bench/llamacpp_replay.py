@@ -14,7 +14,10 @@ specfill's replay on the same shape, e.g.
 At each keystroke where the editor asks, one /infill request: the text before the cursor and
 after it, cut at line starts to the windows specfill's prompts use (1024 tokens before the cursor,
 its first line on a multiple of 16 lines, and 256 after; by the model's tokenizer), greedy,
-n_predict --new-tokens, n_indent as specfill sends it, the prompt cache on. The figure is the
+n_predict --new-tokens, n_indent as specfill sends it, the prompt cache on. As llama.vim sends it,
+the cursor line's text before the cursor goes in `prompt`, after the middle sentinel, so that the
+prefix and suffix stay the same while typing within a line (`--cursor-line prefix`: at the end of
+the prefix, as specfill's own prompts have it). The figure is the
 request's wall time on the client (loopback HTTP included); the server's own timings say how
 many prompt tokens it took from its cache and how many it computed.
 
@@ -55,6 +58,7 @@ class Windows:
         return len(self.tokenizer.encode(line, add_special_tokens=False))
 
     def cut(self, text: str, line: int, col: int) -> tuple[str, str]:
+        """(text before the cursor, text after it), each within its window."""
         lines = text.split("\n")
         before = lines[:line] + [lines[line][:col]]
         after = [lines[line][col:]] + lines[line + 1:]
@@ -74,7 +78,8 @@ class Windows:
         return "\n".join(before[start:]), "\n".join(kept)
 
 
-def replay(server_url: str, scripts, windows: Windows, new_tokens: int, log=print) -> list[dict]:
+def replay(server_url: str, scripts, windows: Windows, new_tokens: int, line_in_prompt: bool = True,
+           log=print) -> list[dict]:
     import httpx
     from bench.replay import request_points
     from engine.remote import infill_indent
@@ -87,6 +92,11 @@ def replay(server_url: str, scripts, windows: Windows, new_tokens: int, log=prin
                 body = {"input_prefix": prefix, "input_suffix": suffix, "input_extra": [],
                         "n_predict": new_tokens, "cache_prompt": True, "temperature": 0.0, "top_k": 1,
                         "n_indent": infill_indent(prefix, suffix)}
+                if line_in_prompt:
+                    # llama.vim's split: the cursor line's text before the cursor goes after the
+                    # middle sentinel (`prompt`), so typing within a line changes only the tail
+                    head, _, current = prefix.rpartition("\n")
+                    body.update(input_prefix=head + "\n" if _ else "", prompt=current)
                 t0 = time.perf_counter()
                 r = client.post("/infill", json=body)
                 ms = (time.perf_counter() - t0) * 1000
@@ -134,6 +144,9 @@ def main(argv=None) -> int:
     ap.add_argument("--new-tokens", type=number(int, 1), default=16)
     ap.add_argument("--cache-reuse", type=number(int, 0), default=256,
                     help="llama-server --cache-reuse (0: the exact prompt cache only)")
+    ap.add_argument("--cursor-line", choices=("prompt", "prefix"), default="prompt",
+                    help="where the cursor line's text before the cursor goes: after the middle sentinel "
+                         "(prompt, as llama.vim sends it) or at the end of input_prefix")
     ap.add_argument("--outtype", default="f16", choices=("f16", "bf16", "q8_0", "f32"),
                     help="the GGUF the converter writes")
     ap.add_argument("--llama-build", choices=("release", "tests"), default="release")
@@ -172,7 +185,7 @@ def main(argv=None) -> int:
     ready_s = time.perf_counter() - t0
     try:
         t0 = time.perf_counter()
-        records = replay(server.url, scripts, windows, args.new_tokens, log=log)
+        records = replay(server.url, scripts, windows, args.new_tokens, args.cursor_line == "prompt", log=log)
         took = time.perf_counter() - t0
     finally:
         server.stop()
@@ -187,7 +200,7 @@ def main(argv=None) -> int:
         f"{len(scripts)} files of {files} ({', '.join(s.name for s in scripts)}), {args.typed_lines} lines typed "
         f"in the middle of each, seed {args.seed}: {n_keys} keystrokes, {len(records)} requests; "
         f"{args.new_tokens} new tokens, greedy; llama-server {install.VERSION}, {build}, one slot, "
-        f"-t {args.threads}, {reuse}; ready {ready_s:.1f} s after start; replay {took:.0f} s. "
+        f"-t {args.threads}, {reuse}, the cursor line's text before the cursor in {args.cursor_line}; ready {ready_s:.1f} s after start; replay {took:.0f} s. "
         "On a shared machine the figures are noisy.",
         "",
         summary(records),

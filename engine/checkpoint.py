@@ -135,31 +135,61 @@ def _attach(parent: torch.nn.Module, key: str, value) -> None:
     parent.add_module(key, module)
 
 
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
+def _header(file: str) -> tuple[dict, int]:
+    """A safetensors file's header (name -> dtype, shape, data offsets) and where its data begins."""
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
 def checkpoint_numel(path: str) -> int:
     """How many values the checkpoint's tensors hold, read from the files' headers."""
-    from safetensors import safe_open
-
     total = 0
     for file in weight_files(path):
-        with safe_open(file, framework="pt", device="cpu") as f:
-            for name in f.keys():
-                n = 1
-                for d in f.get_slice(name).get_shape():
-                    n *= d
-                total += n
+        for info in _header(file)[0].values():
+            n = 1
+            for d in info["shape"]:
+                n *= d
+            total += n
     return total
 
 
-def load_checkpoint(path: str, config, dtype: torch.dtype | None, device: torch.device) -> CheckpointModel:
-    """The weights of a local checkpoint of a LEAN_FAMILIES model, in `dtype` (None: as stored),
-    each in memory of its own (not a view of the file's mapping)."""
-    from safetensors import safe_open
+def read_tensors(file: str, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors, each read into memory of its own (no mapping of the file,
+    whose pages would count as the process's while any tensor views them), floating ones in
+    `dtype` (None: as stored). Two threads read (a file read releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
 
+    header, start = _header(file)
+
+    def read(item: tuple[str, dict]) -> tuple[str, torch.Tensor]:
+        name, info = item
+        begin, end = info["data_offsets"]
+        t = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
+        view = memoryview(t.view(-1).view(torch.uint8).numpy()) if end > begin else memoryview(b"")
+        with open(file, "rb", buffering=0) as f:
+            f.seek(start + begin)
+            while view:
+                got = f.readinto(view)
+                if not got:
+                    raise ValueError(f"{file}: {name} ends past the end of the file")
+                view = view[got:]
+        return name, t.to(dtype) if dtype is not None and t.is_floating_point() and t.dtype != dtype else t
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(read, header.items()))
+
+
+def load_checkpoint(path: str, config, dtype: torch.dtype | None, device: torch.device) -> CheckpointModel:
+    """The weights of a local checkpoint of a LEAN_FAMILIES model, in `dtype` (None: as stored)."""
     tensors = {}
     for file in weight_files(path):
-        with safe_open(file, framework="pt", device="cpu") as f:
-            for name in f.keys():
-                t = f.get_tensor(name)
-                t = t.to(dtype) if dtype is not None and t.dtype != dtype and t.is_floating_point() else t.clone()
-                tensors[name] = t.to(device)
+        tensors.update((name, t.to(device)) for name, t in read_tensors(file, dtype).items())
     return CheckpointModel(config, tensors).eval()

@@ -10,7 +10,7 @@ from .drafters import ModelDrafter, TextDrafter
 from .lookup import BlockIndex, LookupText, NgramDrafter
 from .generate import DraftMemory, DraftPrompt, Drafters, speculative_generate
 from .kv import KVPool
-from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
+from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name, return_free_memory
 from .quantize import QuantizeError, check_quantize
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
 from .threads import set_threads
@@ -73,6 +73,7 @@ class Engine:
             else:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
             self.drafters = Drafters(lookup=lookup if config.lookup else None, model=model)
+        return_free_memory()
 
     def _pool(self, loaded: LoadedModel) -> KVPool:
         config = self.config

@@ -134,7 +134,8 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
     stats = state.stats
     stats.requests += 1
     settings = state.settings
-    last = state.last_request = {"uri": uri, "answered": False, "reason": ""}
+    # pending until the request is answered or refused
+    last = state.last_request = {"uri": uri, "answered": False, "pending": True, "reason": ""}
     if not settings.enable:
         stats.disabled += 1
         return _no_answer(last, "completions are off (the enable setting is false)")
@@ -194,6 +195,7 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
         return _no_answer(last, "a newer request replaced it")
     state.prefetch.answered(request.uri, request.text, found)
     last["answered"] = any(c.text for c in found)
+    last["pending"] = False
     if not last["answered"]:
         _no_answer(last, _empty_job_reason(stats.last_job))
     if chosen is not None:   # the selected item's text, then the model's, over the item's range
@@ -209,6 +211,7 @@ def _no_answer(last: dict, reason: str) -> list:
     """Note in the request's `lastRequest` entry (specfill.stats) why it gets no answer; the
     (empty) answer."""
     last["reason"] = reason
+    last["pending"] = False
     return []
 
 

@@ -53,7 +53,8 @@ class ServerState:
     inflight: dict = field(default_factory=dict)      # uri -> threading.Event, oldest first
     oversized: dict = field(default_factory=dict)     # uri -> why it is too large to keep
     stats: ServerStats = field(default_factory=ServerStats)
-    # the latest completion request: {uri, answered, reason: why nothing is shown ("" if answered)}
+    # the latest completion request: {uri, answered, pending: still running, reason: why nothing
+    # is shown ("" if answered or pending)}
     last_request: dict = field(default_factory=dict)
     user: UserAcceptance = field(default_factory=UserAcceptance)   # what users did with them
     # The engine is not thread-safe and keeps KV caches between requests: all torch work

@@ -170,7 +170,8 @@ async def test_a_document_over_max_document_chars_is_reported_and_explained(clie
     assert first.reason.startswith("1800 characters, over maxDocumentChars (1000)"), first
     s = await stats(client)
     assert s["refusedDocuments"] == {uri: first.reason}
-    assert s["lastRequest"] == {"uri": uri, "answered": False, "reason": first.reason}
+    assert s["lastRequest"] == {"uri": uri, "answered": False, "pending": False,
+                                 "reason": first.reason}
     # back under the limit (a whole-text change): told, and kept again
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),

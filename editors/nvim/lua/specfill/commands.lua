@@ -65,6 +65,9 @@ function M.last_request_line(last)
   if last.answered then
     return '  last request     answered'
   end
+  if last.pending then
+    return '  last request     running'
+  end
   return '  last request     no answer: ' .. tostring(last.reason or '')
 end
 

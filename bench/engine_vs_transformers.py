@@ -40,10 +40,9 @@ def main(argv=None):
                for name, (d, lean, lookup) in configs.items()}
     drafted = engines["specfill default (draft + lookup, cost-aware)"]
     ref = engines["specfill none"]
-    hf_target = ref.target.model
-    hf_draft = drafted.draft.model if drafted.draft else None
-    tt = ref.target.tokenizer
-    dt = drafted.draft.tokenizer if hf_draft is not None else None
+    # transformers' generate runs transformers' models and tokenizers (the engines load their own)
+    hf_target, tt = transformers_model(ref.target, "target")
+    hf_draft, dt = transformers_model(drafted.draft, "draft") if drafted.draft else (None, None)
     counter = CallCounter(hf_target)
     prompts = held_out_prompts(args.prompts, args.prompt_chars)
 
@@ -99,3 +98,13 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+def transformers_model(loaded, role: str):
+    """An engine's model again as transformers' model and tokenizer (its generate needs them),
+    in the precision the engine took."""
+    from engine.models import load_model
+
+    dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+    again = load_model(loaded.name, role, device=str(loaded.device), dtype=dtype)
+    return again.model, again.tokenizer

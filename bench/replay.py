@@ -250,9 +250,10 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
     engine = loaded.engine
     pipeline = CompletionPipeline(PromptCapture(engine))
     options = backend.completion_options(parsed)
-    target, tt = engine.target.model, engine.target.tokenizer
-    draft = engine.draft.model if engine.draft is not None else None
-    dt = engine.draft.tokenizer if engine.draft is not None else None
+    from bench.engine_vs_transformers import transformers_model
+
+    target, tt = transformers_model(engine.target, "target")
+    draft, dt = transformers_model(engine.draft, "draft") if engine.draft is not None else (None, None)
     counter = CallCounter(target)
     pad = tt.pad_token_id if tt.pad_token_id is not None else (tt.eos_token_id or 0)
 

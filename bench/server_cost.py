@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import (DEFAULT_FILES, DRAFT_CONFIGS, ROOT, add_file_options, bench_parser, close_all, server_env,
+from bench.common import (DRAFT_CONFIGS, ROOT, add_file_options, bench_parser, close_all, server_env,
                           start_server, usage_error, wait_loaded)
 from bench.keystrokes import EDITOR_DEBOUNCE_MS, MIDDLE
 from bench.round_cost import commit_of, tree_at

@@ -1,7 +1,8 @@
 """`specfill generate`: continue a prompt file with the target model, drafted speculatively.
 
-The engine (and with it torch) is imported inside `generate_main`, so that importing the
-command line loads no torch (see cli/main.py)."""
+The engine (and with it torch) is imported inside `generate_main`, after the arguments are
+checked (against the engine's own limits, lsp/engine_limits.py), so that importing the command
+line loads no torch (see cli/main.py) and a bad argument is refused at once."""
 from __future__ import annotations
 
 import argparse
@@ -12,20 +13,19 @@ from typing import TYPE_CHECKING
 
 from engine.remote import BACKENDS, is_remote      # (no models: torch is not imported)
 from lsp.arguments import EXIT_USAGE, OneLineParser, keyword_or_path, number
+from lsp.engine_limits import DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH, QUANTIZE
 
 # The settings of a remote target, named as in the editor settings (lsp/settings.py).
 REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 # Options that choose local models or their decoding: nothing to do on a remote target.
 LOCAL_ONLY = ("draft", "draft_length", "no_lookup", "datastore", "device", "dtype",
-              "threads", "trust_remote_code")
+              "quantize", "threads", "trust_remote_code")
 
 if TYPE_CHECKING:
     from engine import LoadedModel
 
 
 def draft_length(value: str) -> int | str:
-    from engine.settings import MAX_DRAFT_LENGTH
-
     if value == "auto":
         return value
     try:
@@ -43,16 +43,12 @@ def datastore(value: str) -> str:
 
 
 def _device(value: str) -> str:
-    from engine.settings import DEVICE_PATTERN, DEVICES
-
     if not re.fullmatch(DEVICE_PATTERN, value):
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(DEVICES)} or cuda:N, got {value!r}")
     return value
 
 
 def generate_main(argv: list[str]) -> int:
-    from engine.settings import DEVICES, DTYPES   # the limits and lists live with the engine's settings
-
     p = OneLineParser(prog="specfill generate",
                                 description="Continue a prompt with the target model, drafted speculatively.")
     p.add_argument("--target", default="default",
@@ -70,7 +66,9 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--top-p", type=number(float, 0, 1, low_open=True), default=1.0, help="1 = off")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default="auto", type=_device, help=f"{', '.join(DEVICES)} or cuda:N")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="auto: a real-sized 16-bit checkpoint in its own precision where the CPU computes it, else float32")
+    p.add_argument("--quantize", default="none", choices=QUANTIZE, help="int8: 8-bit weights (CPU)")
     p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: half the cores)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--cuda-graphs", action="store_true",
@@ -101,9 +99,10 @@ def generate_main(argv: list[str]) -> int:
 
     try:
         engine = LocalEngine(EngineConfig(target=args.target, draft=args.draft, device=args.device,
-                                     dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                                     threads=args.threads, lookup=not args.no_lookup,
-                                     datastore=args.datastore, cuda_graphs=args.cuda_graphs))
+                                          dtype=args.dtype, quantize=args.quantize,
+                                          trust_remote_code=args.trust_remote_code,
+                                          threads=args.threads, lookup=not args.no_lookup,
+                                          datastore=args.datastore, cuda_graphs=args.cuda_graphs))
     except ModelLoadError as e:
         print(f"{p.prog}: {e}", file=sys.stderr)
         return EXIT_USAGE

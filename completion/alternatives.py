@@ -2,7 +2,10 @@
 what the editor already shows (usually from the cache), then exact samples from the target
 model (the engine's lossless speculative sampling: each is an honest draw), cut and cleaned
 like any completion and without duplicates. Made only when the user asks to cycle, so typing
-costs nothing more; samples are not cached (a cached sample would come back every time)."""
+costs nothing more; samples are not cached (a cached sample would come back every time).
+
+The engine is imported where it is used: the settings table reads MAX_CANDIDATES without
+loading torch."""
 from __future__ import annotations
 
 import dataclasses

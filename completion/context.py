@@ -8,6 +8,7 @@ successive prompts share a long token prefix and the engine's KV cache stays val
 from __future__ import annotations
 
 import math
+import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ import cachetools
 from completion.templates import ExtraChunk
 
 MAX_DOCUMENT_CHARS = 8_000_000   # larger documents are refused with a clear error
+# A lone surrogate: what a byte that is not UTF-8 becomes, read with errors="surrogateescape"
+# (`specfill complete` reads files so, the server reads editors' messages so), or a JSON escape
+# no real text has. Such a document is refused, the same way wherever it comes from.
+NOT_UTF8 = re.compile("[\ud800-\udfff]")
 CHARS_PER_TOKEN_FLOOR = 2        # for cutting a single over-long line by characters
 
 
@@ -71,6 +76,11 @@ def parse_document(text: str, line: int, character: int) -> Cursor:
                          f"limit {MAX_DOCUMENT_CHARS})")
     if "\x00" in text:
         raise ValueError("document looks binary (contains NUL characters); not completing")
+    bad = NOT_UTF8.search(text)
+    if bad is not None:
+        at = bad.start()
+        raise ValueError(f"document is not valid UTF-8 text (line {text.count(chr(10), 0, at) + 1}, "
+                         f"column {at - text.rfind(chr(10), 0, at)}); not completing")
     eol = "\r\n" if "\r" in text and "\r\n" in text else "\n"     # (the CR alone first, as in to_lf)
     lines = to_lf(text).split("\n")
     if not isinstance(line, int) or not isinstance(character, int) or line < 0 or character < 0:

@@ -16,7 +16,7 @@ import cachetools
 
 from completion.cache import CompletionCache
 from completion.context import Cursor, ExtraContext, TokenCounter, cut_window, parse_document, to_lf, uri_to_path
-from completion.postprocess import AnswerCut, Cleaned, clean_completion, with_eol
+from completion.postprocess import AnswerCut, Cleaned, clean_answer, empty_reason, with_eol
 from completion.stats import PipelineStats
 from completion.templates import FAMILIES, LAYOUTS, FimTemplate, load_template
 from engine.kv import common_prefix_len
@@ -339,10 +339,15 @@ class CompletionPipeline:
         result = self._decode(prompt, gen, cancel, stop_check)
         if result is None:     # the engine failed: told once, answered empty, nothing cached
             return None
-        cleaned = None
+        answer = cleaned = None
         if result.stop_reason != "cancelled":
-            cleaned = clean_completion(result.text, cur, options.multiline, options.max_lines, options.tab_size)
+            answer = clean_answer(result.text, cur, options.multiline, options.max_lines, options.tab_size)
+            cleaned = answer if answer.text else None
         stats = self._run_stats(prompt, result, cleaned)
+        if answer is not None:   # what ended the answer, and why nothing is shown when nothing is
+            stats["cut_by"] = answer.cut_by
+            if cleaned is None:
+                stats["empty_reason"] = empty_reason(result.text, answer)
         with self._lock:
             self._stats.add_model_run(stats, (time.perf_counter() - t0) * 1000, background)
         if not background:

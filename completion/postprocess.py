@@ -10,7 +10,7 @@ The length of an answer is decided in one place, `find_cut`, which the engine al
 decoding, so it stops the moment the answer is decided and the final cut cannot disagree;
 * rest of line only auto-inserted closers (``)`` ``]`` ``"`` ...) that the completion closes
   itself -> replace them (a range) instead of duplicating them;
-* empty or whitespace-only -> None.
+* empty or whitespace-only -> None (`clean_answer` says which rule left nothing).
 Works on LF text; `with_eol` puts the document's line ending (CRLF) back for the editor.
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Cleaned:
     text: str            # ghost text, LF line endings
     replace_chars: int   # characters after the cursor (on its line) that the text replaces
     source_chars: int    # characters of the model's middle the text was cut from
+    cut_by: str = "end"  # what ended it: a Cut's reason, or control_char (a control character)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,15 @@ class AnswerCut:
 
 def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8,
                      tab_size: int = 4) -> Cleaned | None:
+    """The ghost text of the model's `middle` at `cur`, or None when nothing is worth showing."""
+    cleaned = clean_answer(middle, cur, multiline, max_lines, tab_size)
+    return cleaned if cleaned.text else None
+
+
+def clean_answer(middle: str, cur: Cursor, multiline: str = "auto", max_lines: int = 8,
+                 tab_size: int = 4) -> Cleaned:
+    """`clean_completion`, also when nothing is left: then the text is empty, and `cut_by` and
+    `empty_reason` say why."""
     text = to_lf(middle)
     # A control character (but tab and newline) is never code anyone wants typed in, and editors
     # draw it as ^K and the like: the answer ends before it (a small model sampled at
@@ -167,7 +177,9 @@ def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_line
     rest = cur.rest_of_line
     closers = is_closers_only(rest)
     code_right = bool(rest.strip()) and not closers
-    source_chars = find_cut(text, cur, multiline, max_lines, tab_size).end
+    cut = find_cut(text, cur, multiline, max_lines, tab_size)
+    cut_by = "control_char" if control is not None and cut.reason == "end" else cut.reason
+    source_chars = cut.end
     text = text[:source_chars]
     if code_right and is_single_line(cur, multiline):
         text = _drop_repeated_rest(text, rest)
@@ -179,8 +191,24 @@ def clean_completion(middle: str, cur: Cursor, multiline: str = "auto", max_line
     # Trailing blanks are noise at the end of a line, but may be wanted before code on the right.
     text = text.rstrip("\n") if code_right and "\n" not in text else text.rstrip()
     if not text.strip():
-        return None
-    return Cleaned(text=text, replace_chars=replace, source_chars=source_chars)
+        text = ""
+    return Cleaned(text=text, replace_chars=replace if text else 0, source_chars=source_chars, cut_by=cut_by)
+
+
+CUT_WORDS = {"newline": "the end of its first line (a one-line answer)", "dedent": "a line that leaves the block",
+             "blank_line": "a blank line", "suffix_repeat": "a line that repeats the code below",
+             "loop": "a repeated block of lines", "max_lines": "maxLines", "control_char": "a control character"}
+
+
+def empty_reason(middle: str, cleaned: Cleaned) -> str:
+    """Why an answer with nothing to show has nothing: one line for `specfill.lastCompletion`,
+    `specfill complete --json` and the editors' stats views."""
+    kept = to_lf(middle)[:cleaned.source_chars]
+    if not kept.strip() and cleaned.cut_by in CUT_WORDS:
+        return f"the answer ends at {CUT_WORDS[cleaned.cut_by]} before any text"
+    if not middle.strip():
+        return "the model wrote no text (it ended the answer at once, or wrote only blanks)"
+    return "what was left repeats the text after the cursor, or is only indentation"
 
 
 def with_eol(text: str, eol: str) -> str:

@@ -263,7 +263,7 @@ def detect_family(tokenizer) -> str:
 def _has_dummy_prefix(tokenizer) -> bool:
     """SentencePiece-style tokenizers that put a '▁' before the first word of any text."""
     try:
-        ids = tokenizer.encode("a", add_special_tokens=False)
+        ids = tokenizer.encode("a", add_special_tokens=False, split_special_tokens=True)
         pieces = tokenizer.convert_ids_to_tokens(ids)
     except Exception:  # noqa: BLE001 - exotic tokenizers: assume the common case
         return False
@@ -319,7 +319,7 @@ def _adds_bos(tokenizer) -> bool:
     bos = tokenizer.bos_token_id
     if bos is None:
         return False
-    ids = tokenizer.encode("a")
+    ids = tokenizer.encode("a", split_special_tokens=True)    # ("a" holds no special token's text)
     return bool(ids) and ids[0] == bos
 
 

@@ -10,7 +10,7 @@ from .drafters import DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter
 from .drafters.documents import DOCUMENT, OPEN_DOCUMENTS, BlockIndex, LookupText
 from .kv import KVPool
 from .loop import DraftPrompt, Drafters, speculative_generate
-from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
+from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name, return_free_memory
 from .policy import Policy
 from .protocol import Health, Prompt
 from .quantize import QuantizeError, check_quantize
@@ -47,7 +47,8 @@ class LocalEngine:
                 raise QuantizeError(f"quantize {config.quantize!r}: needs the lean forward (lean: true)")
         except QuantizeError as exc:
             raise ModelLoadError(str(exc)) from None
-        kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code)
+        kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code,
+                  lean_only=config.lean)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
         self.pool = self._pool(self.target)
         self.draft: LoadedModel | None = None
@@ -75,6 +76,7 @@ class LocalEngine:
             else:
                 model = TextDrafter(draft_pool, self.draft.vocab, self.target.vocab, heal=config.heal)
             self.drafters = Drafters(**free, model=model)
+        return_free_memory()
 
     def _pool(self, loaded: LoadedModel) -> KVPool:
         config = self.config

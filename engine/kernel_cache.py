@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .matmul import ROW_CLASSES, Kernels
-from .precision import cpu_flags
+from .cpu import cpu_flags
 
 log = logging.getLogger("specfill.engine")
 

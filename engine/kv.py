@@ -17,7 +17,6 @@ import time
 from typing import Protocol
 
 import torch
-from transformers import DynamicCache
 
 from .lean import LeanForward, LeanModel, StaticLeanForward, lean_for
 
@@ -94,11 +93,13 @@ class TransformersForward:
 
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.model, self.device = model, device
-        self.cache: DynamicCache | None = None
+        self.cache = None   # a transformers DynamicCache
         self.cache_arg = cache_argument(model)
 
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
+            from transformers import DynamicCache   # here: only models without a lean forward need it
+
             self.cache = DynamicCache()
         x = torch.tensor([new_ids], dtype=torch.long, device=self.device)
         out = self.model(input_ids=x, use_cache=True, logits_to_keep=n_logits, **{self.cache_arg: self.cache})

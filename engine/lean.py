@@ -44,11 +44,10 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
-from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM, Qwen2ForCausalLM
 
 from . import kernel_cache
 from .matmul import ROWS, Kernels, Linear, choose_kernels, fp16_ready, measures_kernels, use_kernels
-from .quantize import QuantizeError, check_quantize, quantize_linears
+from .quantize import COMPUTE_DTYPES, QuantizeError, check_quantize, quantize_linears
 
 log = logging.getLogger("specfill.engine")
 
@@ -261,10 +260,11 @@ class _SliceStep:
 
 class _Weights:
     """How a lean model holds its linear maps, chosen once per model: packed copies (a small
-    model, while they add at most `pack_max_bytes`), the model's own weights (plain), or int8
-    (`quantize`). `linear` makes one map of several modules (fused as the forward calls them);
-    `compute_dtype` is the dtype of activations and the cache (float32 for int8 maps, whose
-    kernel takes and returns float32); `vector` gives a norm weight, bias or table in it."""
+    model, while they add at most `pack_max_bytes`), the model's own weights (plain), or
+    quantized copies (`quantize`: int8, int4). `linear` makes one map of several modules (fused
+    as the forward calls them); `compute_dtype` is the dtype of activations and the cache (what
+    a quantized map's kernel takes and returns: float32 for int8, bfloat16 for int4; else the
+    weights'); `vector` gives a norm weight, bias or table in it."""
 
     def __init__(self, model, linears: list[list[torch.nn.Linear]], groups, pack_max_bytes: int, quantize: str):
         param = model.get_input_embeddings().weight
@@ -274,16 +274,16 @@ class _Weights:
         if quantize == "none":
             total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
             self.packed = total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
-        self.compute_dtype = torch.float32 if quantize != "none" else param.dtype
+        self.compute_dtype = COMPUTE_DTYPES.get(quantize, param.dtype)
         # Before measuring (and where nothing is measured: a GPU), packed maps take the transposed
         # product for verify widths, plain ones torch's default everywhere.
         self.kernels = Kernels() if self.packed else Kernels(ROWS, ROWS, ROWS, ROWS)
-        # a weight the model also reads as its embedding stays where int8 copies are made of it
+        # a weight the model also reads as its embedding stays where quantized copies are made of it
         self.keep = {param.data_ptr()}
 
     def linear(self, modules: list[torch.nn.Linear]):
-        if self.quantize == "int8":
-            return quantize_linears(modules, self.keep)
+        if self.quantize != "none":
+            return quantize_linears(modules, self.keep, self.quantize)
         return Linear(modules, packed=self.packed, kernels=self.kernels)
 
     def vector(self, t: torch.Tensor | None) -> torch.Tensor | None:
@@ -312,9 +312,8 @@ class LeanLlama:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.hidden = cfg.hidden_size
         self.eps = cfg.rms_norm_eps
-        rot = self.inner.rotary_emb
-        self.positions = _Positions(rot.inv_freq.float().clone(), float(getattr(rot, "attention_scaling", 1.0)))
-        self.act = _activation(self.inner.layers[0].mlp.act_fn)
+        self.positions = _Positions(*_rope(cfg))
+        self.act = ACTIVATIONS[cfg.hidden_act]
         linears = [[l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj, l.self_attn.o_proj,
                     l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj] for l in self.inner.layers]
         weights = _Weights(model, linears, [(0, 1, 2), (3,), (4, 5), (6,)], pack_max_bytes, quantize)
@@ -406,9 +405,9 @@ class _BigCodeBlock:
     act: object
 
 
-def _ln(ln: torch.nn.LayerNorm, vector=lambda t: t) -> tuple:
+def _ln(ln: torch.nn.Module, eps: float, vector=lambda t: t) -> tuple:
     """A LayerNorm's arguments, looked up once (its weight and bias through `vector`)."""
-    return ln.normalized_shape, vector(ln.weight), vector(ln.bias), ln.eps
+    return tuple(ln.weight.shape), vector(ln.weight), vector(getattr(ln, "bias", None)), eps
 
 
 def _layer_norm(x, ln: tuple):
@@ -416,15 +415,23 @@ def _layer_norm(x, ln: tuple):
     return torch.layer_norm(x, shape, weight, bias, eps, torch.backends.cudnn.enabled)
 
 
-def _activation(module: torch.nn.Module):
-    """The function a transformers activation module calls, where it only wraps one (one or two
-    Python calls less per layer); else the module's forward."""
-    if isinstance(module, torch.nn.SiLU) or type(module).__name__ == "SiLUActivation":
-        return F.silu
-    act = getattr(module, "act", None)
-    if type(module).__name__ == "GELUTanh" and isinstance(act, functools.partial):
-        return act
-    return module.forward
+# The activations the lean forward computes, by the config's name for them (`hidden_act`,
+# GPTBigCode's `activation_function`), as the functions transformers' activation modules call.
+ACTIVATIONS = {"silu": F.silu, "swish": F.silu, "gelu": F.gelu,
+               "gelu_pytorch_tanh": functools.partial(F.gelu, approximate="tanh")}
+
+
+def _rope(cfg) -> tuple[torch.Tensor, float]:
+    """Rotary positions' inverse frequencies and the attention scaling of their cos and sin, as
+    transformers computes them for the config (the default rope here; others by its table)."""
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    kind = rope.get("rope_type", "default")
+    if kind != "default":
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](cfg)
+        return inv_freq.float(), float(scaling)
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
 
 
 class LeanBigCode:
@@ -444,9 +451,9 @@ class LeanBigCode:
         linears = [[b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj] for b in self.inner.h]
         weights = _Weights(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes, quantize)
         self.packed, self.kernels, self.compute_dtype = weights.packed, weights.kernels, weights.compute_dtype
-        ln = lambda m: _ln(m, weights.vector)  # noqa: E731
+        ln = lambda m: _ln(m, cfg.layer_norm_epsilon, weights.vector)  # noqa: E731
         self.blocks = [_BigCodeBlock(ln(b.ln_1), *(weights.linear([m]) for m in mods[:2]), ln(b.ln_2),
-                                     *(weights.linear([m]) for m in mods[2:]), _activation(b.mlp.act))
+                                     *(weights.linear([m]) for m in mods[2:]), ACTIVATIONS[cfg.activation_function])
                        for b, mods in zip(self.inner.h, linears)]
         self.lm_head = weights.linear([model.lm_head])
         self.wte, self.ln_f = self.inner.wte.weight, ln(self.inner.ln_f)
@@ -490,31 +497,38 @@ LeanModel = LeanLlama | LeanBigCode
 
 
 def lean_unsupported(model) -> str | None:
-    """Why `model` cannot run a lean forward, or None when it can. The lean classes read the
-    module layout of these transformers classes, so the check is on the class itself."""
+    """Why `model` cannot run a lean forward, or None when it can: a transformers model of these
+    families or their checkpoint (engine/checkpoint.py), whose weights the lean classes read by
+    the same names."""
     if getattr(model, "hf_device_map", None):
         return "the model is split across devices (device_map)"
     cfg = model.config
-    if isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)):
-        if getattr(cfg, "use_sliding_window", False):
-            return "sliding-window attention"
-        if getattr(cfg, "mlp_bias", False):
-            return "MLP biases"
-        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
-        if rope_type not in ("default", "linear", "llama3"):
-            return f"rope type {rope_type!r} (dynamic scalings change inv_freq with length)"
+    family = getattr(cfg, "model_type", None)
+    layout = {"llama": "model", "qwen2": "model", "gpt_bigcode": "transformer"}.get(family)
+    if layout is None or not isinstance(getattr(model, layout, None), torch.nn.Module) \
+            or not isinstance(getattr(model, "lm_head", None), torch.nn.Module):
+        return f"no lean forward for {type(model).__name__}"
+    act = getattr(cfg, "activation_function" if family == "gpt_bigcode" else "hidden_act", None)
+    if act not in ACTIVATIONS:
+        return f"activation {act!r}"
+    if family == "gpt_bigcode":
         return None
-    if isinstance(model, GPTBigCodeForCausalLM):
-        return None
-    return f"no lean forward for {type(model).__name__}"
+    if getattr(cfg, "use_sliding_window", False):
+        return "sliding-window attention"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
+    if rope_type not in ("default", "linear", "llama3"):
+        return f"rope type {rope_type!r} (dynamic scalings change inv_freq with length)"
+    return None
 
 
 def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | None = None,
               quantize: str = "none") -> LeanModel | None:
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
-    (0: never; it then reads the model's own weights), or, with `quantize` int8, makes int8
+    (0: never; it then reads the model's own weights), or, with `quantize`, makes quantized
     copies and frees the model's own (engine/quantize.py: the transformers forward can no
     longer run that model; a model without a lean forward cannot be quantized). A model with
     kernels to choose between (matmul.measures_kernels) takes those measured on this machine
@@ -527,7 +541,7 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
                                 f"{type(model).__name__} does not have ({reason})")
         log.info("%s runs the transformers forward, not the lean one: %s", type(model).__name__, reason)
         return None
-    cls = LeanBigCode if isinstance(model, GPTBigCodeForCausalLM) else LeanLlama
+    cls = LeanBigCode if model.config.model_type == "gpt_bigcode" else LeanLlama
     lean = cls(model, pack_max_bytes, quantize)
     if quantize != "none":
         model.specfill_quantized = quantize    # its own linear weights are gone

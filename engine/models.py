@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import re
 import socket
 from dataclasses import dataclass
@@ -11,8 +12,11 @@ from urllib.parse import urlparse
 
 import torch
 
+from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, weight_files
 from .kv import model_max_positions
+from .lean import lean_unsupported
 from .precision import checkpoint_dtype, choose_dtype
+from .tokenizer import fast_tokenizer
 from .settings import DEVICE_PATTERN, DEVICES, DTYPES
 from .vocab import TokenVocab, build_vocab
 
@@ -85,6 +89,22 @@ def own_memory(model: torch.nn.Module) -> None:
             tensor.data = tensor.data.clone()
 
 
+def return_free_memory() -> None:
+    """Hand memory freed while loading back to the system. Weights replaced by their fused or
+    quantized forms were freed into the C allocator's heap, which keeps freed blocks resident
+    (about 450 MB after loading a 0.5B model in bfloat16, 800 MB in int8); glibc's malloc_trim
+    returns them. A no-op elsewhere."""
+    import ctypes
+    import ctypes.util
+
+    if platform.system() != "Linux":
+        return
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):    # not glibc
+        pass
+
+
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return (text[:300] + "...") if len(text) > 300 else text or type(e).__name__
@@ -123,15 +143,13 @@ def hub_files_only(name: str, role: str) -> bool:
 
 
 def load_model(name: str, role: str = "target", device: str = "auto", dtype: str = "auto",
-               trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
+               trust_remote_code: bool = False, device_map: str | None = None,
+               lean_only: bool = False) -> LoadedModel:
     """Load a causal LM + tokenizer. Local directories load offline; a missing model, a model
-    that is not a causal LM, or a missing tokenizer raises ModelLoadError."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # stderr carries our own one-line messages and logs
-
+    that is not a causal LM, or a missing tokenizer raises ModelLoadError. With `lean_only` (the
+    engine, which runs the lean forward), a checkpoint of a family the lean forward computes
+    loads its weights alone (engine/checkpoint.py: no transformers model class, whose import
+    costs seconds); otherwise, and for training, a transformers model."""
     path = resolve_name(name, role)
     looks_like_path = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
     if looks_like_path and not os.path.isdir(path):  # hub ids are "name" or "org/name"
@@ -140,20 +158,70 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     check_dtype(dtype)
     local = os.path.isdir(path) or hub_files_only(path, role)
     kw = dict(trust_remote_code=trust_remote_code, local_files_only=local)
+    folder = local_folder(path) if local else None
+    lean_checkpoint = lean_only and folder is not None and not device_map and not trust_remote_code
+    # a lean checkpoint's config and tokenizer are read without transformers (seconds of imports)
+    config = lite_config(folder) if lean_checkpoint and weight_files(folder) else None
+    tokenizer = _fast_tokenizer(folder, name, role) if config is not None else None
+    if tokenizer is None:
+        lean_checkpoint = False
+        config, tokenizer = _transformers_config_and_tokenizer(path, kw, name, role, trust_remote_code)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(f"{role} model {name!r}: needs a fast (tokenizers) tokenizer")
+    stored = checkpoint_dtype(folder or path, config)
+    model = None
+    if lean_checkpoint:
+        precision = choose_dtype(dtype, dev, stored, 4 * checkpoint_numel(folder))
+        try:
+            model = load_checkpoint(folder, config, precision.dtype, dev)
+        except Exception as e:  # noqa: BLE001
+            raise ModelLoadError(f"{role} model {name!r}: weights could not be loaded ({_one_line(e)})") from None
+        if lean_unsupported(model) is not None:    # a feature the lean forward lacks: transformers runs it
+            model = None
+            config, _ = _transformers_config_and_tokenizer(path, kw, name, role, trust_remote_code, tokenizer=False)
+    if model is None:
+        model, precision = _transformers_model(path, kw, config, name, role, dev, dtype, stored, device_map)
+    model.eval()
+    model.requires_grad_(False)
+    log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
+                       device=next(model.parameters()).device, precision=precision.reason)
+
+
+def _fast_tokenizer(folder: str, name: str, role: str):
+    """The folder's tokenizer.json read by the `tokenizers` library (engine/tokenizer.py), or None."""
+    try:
+        return fast_tokenizer(folder)
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"{role} model {name!r}: tokenizer missing or unreadable ({_one_line(e)})") from None
+
+
+def _transformers_config_and_tokenizer(path, kw, name, role, trust_remote_code, tokenizer=True):
+    """The config (a causal LM's, checked) and the tokenizer through transformers' Auto classes."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stderr carries our own one-line messages and logs
     try:
         config = AutoConfig.from_pretrained(path, **kw)
     except Exception as e:  # noqa: BLE001 - every cause becomes one clear line
         raise ModelLoadError(f"{role} model {name!r}: not found or unreadable ({_one_line(e)})") from None
     if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not trust_remote_code:
         raise ModelLoadError(f"{role} model {name!r}: {config.model_type!r} is not a causal language model")
+    if not tokenizer:
+        return config, None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+        return config, AutoTokenizer.from_pretrained(path, **kw)
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(f"{role} model {name!r}: tokenizer missing or unreadable ({_one_line(e)})") from None
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelLoadError(f"{role} model {name!r}: needs a fast (tokenizers) tokenizer")
+
+
+def _transformers_model(path, kw, config, name, role, dev, dtype, stored, device_map):
+    """The checkpoint as a transformers model, and the precision it runs in."""
+    from transformers import AutoModelForCausalLM
+
     # `auto` on a CPU decides from the weights: load them as stored, then convert if needed
-    stored = checkpoint_dtype(path, config)
     decide_later = dtype == "auto" and dev.type == "cpu"
     if decide_later:
         load_dtype = stored if stored is not None else torch.float32
@@ -172,8 +240,15 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
         model = model.to(precision.dtype)
     elif dev.type == "cpu":
         own_memory(model)
-    model.eval()
-    model.requires_grad_(False)
-    log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
-                       device=next(model.parameters()).device, precision=precision.reason)
+    return model, precision
+
+
+def local_folder(path: str) -> str | None:
+    """The folder holding a model's files: the directory itself, or a hub id's snapshot in the
+    local Hugging Face cache (None where its config is not cached)."""
+    if os.path.isdir(path):
+        return path
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(path, "config.json")
+    return os.path.dirname(config) if isinstance(config, str) else None

@@ -15,14 +15,14 @@ change its weights); `dtype: bfloat16` asks for that explicitly.
 """
 from __future__ import annotations
 
-import functools
 import json
-import platform
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .cpu import native_16bit
 
 # Past this many bytes of float32 weights a model is "real-sized": its decode step is bound by
 # reading the weights, and 16-bit weights pay. The shipped target is 16 MB in float32.
@@ -38,30 +38,9 @@ class Precision:
     reason: str          # one line: why this dtype (logged at load)
 
 
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux reports them (empty where /proc/cpuinfo is absent)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
-
-
 def cpu_runs_natively(dtype: torch.dtype) -> bool:
     """Whether this CPU has instructions that compute with `dtype` (not only convert it)."""
-    flags = cpu_flags()
-    arm = platform.machine().lower() in ("arm64", "aarch64")
-    if dtype == torch.bfloat16:
-        if flags:
-            return bool({"avx512_bf16", "amx_bf16", "bf16"} & flags)
-        return arm and platform.system() == "Darwin"   # Apple M2 and later; no flags to read there
-    if dtype == torch.float16:
-        return arm or "f16c" in flags
-    return dtype == torch.float32
+    return dtype == torch.float32 or str(dtype).removeprefix("torch.") in native_16bit()
 
 
 def checkpoint_dtype(path: str | Path, config=None) -> torch.dtype | None:
@@ -119,9 +98,3 @@ def choose_dtype(requested: str, device: torch.device, stored: torch.dtype | Non
 
 def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def system_line() -> str:
-    """This machine's CPU precisions, for `specfill --version`."""
-    native = [n for n, d in (("bfloat16", torch.bfloat16), ("float16", torch.float16)) if cpu_runs_natively(d)]
-    return "CPU 16-bit: " + (", ".join(native) if native else "none (16-bit checkpoints run in float32)")

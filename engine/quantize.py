@@ -1,4 +1,4 @@
-"""Weight quantization for the lean forward (the `quantize` setting): `none` or `int8`.
+"""Weight quantization for the lean forward (the `quantize` setting): `none`, `int8` or `int4`.
 
 `int8` stores each linear map's weight as 8-bit integers with one scale per output row and
 multiplies with torch's own int8 kernels (FBGEMM on x86, QNNPACK on Arm): each row of input is
@@ -13,6 +13,12 @@ adding a +1 and a -1 column, whose weights are zero, gives every call the same r
 quantized model is a model of its own: decoding stays lossless with respect to it, the target
 alone quantized the same way, and its quality cost is measured apart (bench/quality.py).
 
+`int4` stores 4 bits a weight, in groups of INT4_GROUP along the input with a scale and an offset
+each (as llama.cpp's q4_1), and multiplies with torch's own int4 kernel on bfloat16 inputs: a
+decode step reads about half of int8's bytes, but the kernel unpacks the weights for every row
+of input, so a verify pass of several tokens costs several times one (int8's costs little more);
+and 16 levels a group cost more quality. Rows are independent there too.
+
 The embedding table stays in the checkpoint's precision (a lookup reads one row); a model whose
 output head shares the embedding's weight keeps that weight and adds an int8 copy for the head.
 """
@@ -23,11 +29,11 @@ import warnings
 
 import torch
 
+from .cpu import cpu_flags
 from .matmul import _fused_bias
-from .precision import cpu_flags
-
-QUANTIZE = ("none", "int8")
+from .settings import QUANTIZE
 QUANTIZE_ROWS = 8192    # rows of a weight converted at a time
+INT4_GROUP = 32         # input features sharing one int4 scale and offset
 
 
 class QuantizeError(ValueError):
@@ -102,12 +108,52 @@ class Int8Linear:
         return self(h).add_(x)
 
 
-def quantize_linears(modules: list[torch.nn.Linear], keep: set[int]) -> Int8Linear:
-    """The int8 product of these maps (concatenated by output); each module's own weight is
-    then freed, unless the model reads it elsewhere (its data pointer is in `keep`: a tied
+class Int4Linear:
+    """One or more linear maps of the same input as one int4 product (bfloat16 in and out)."""
+
+    def __init__(self, packed: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, out: int):
+        self.packed, self.scales, self.bias, self.out = packed, scales, bias, out
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "Int4Linear":
+        out, width = weight.shape
+        if width % INT4_GROUP:
+            raise QuantizeError(f"quantize 'int4': a map's {width} inputs are not a multiple of {INT4_GROUP}")
+        rows = -(-out // 16) * 16     # the kernel takes outputs by 16: zero rows pad the last ones
+        values = torch.zeros(rows, width, dtype=torch.int32)
+        scales = torch.zeros(width // INT4_GROUP, rows, 2, dtype=torch.bfloat16)   # (scale, offset) a group
+        for start in range(0, out, QUANTIZE_ROWS):
+            end = min(start + QUANTIZE_ROWS, out)
+            block = weight[start:end].detach().float().reshape(end - start, width // INT4_GROUP, INT4_GROUP)
+            low, high = block.amin(dim=-1), block.amax(dim=-1)
+            step = (high - low).clamp_min_(1e-8).div_(15)
+            q = ((block - low[..., None]) / step[..., None]).round_().clamp_(0, 15)
+            values[start:end] = q.reshape(end - start, width).to(torch.int32)
+            # the kernel computes (q - 8) * scale + offset
+            scales[:, start:end] = torch.stack([step, low + 8 * step], dim=-1).transpose(0, 1)
+        packed = torch._convert_weight_to_int4pack_for_cpu(values, 2)
+        return cls(packed, scales, None if bias is None else bias.detach().to(torch.bfloat16), out)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        out = torch._weight_int4pack_mm_for_cpu(h.to(torch.bfloat16), self.packed, INT4_GROUP, self.scales)
+        if out.shape[1] != self.out:
+            out = out[:, :self.out]
+        return out if self.bias is None else out.add_(self.bias)
+
+    def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self(h).add_(x)
+
+
+QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
+COMPUTE_DTYPES = {"int8": torch.float32, "int4": torch.bfloat16}   # what each kernel takes and returns
+
+
+def quantize_linears(modules: list[torch.nn.Linear], keep: set[int], quantize: str):
+    """The `quantize` product of these maps (concatenated by output); each module's own weight
+    is then freed, unless the model reads it elsewhere (its data pointer is in `keep`: a tied
     embedding)."""
     weight = torch.cat([m.weight.detach() for m in modules]) if len(modules) > 1 else modules[0].weight
-    linear = Int8Linear.from_weight(weight, _fused_bias(modules))
+    linear = QUANTIZED[quantize].from_weight(weight, _fused_bias(modules))
     for m in modules:
         if m.weight.data_ptr() not in keep:
             m.weight = torch.nn.Parameter(m.weight.new_empty(0), requires_grad=False)
@@ -122,6 +168,10 @@ def check_quantize(quantize: str, device: torch.device) -> None:
         return
     if device.type != "cpu":
         raise QuantizeError(f"quantize {quantize!r}: runs on a CPU; on {device.type} use dtype bfloat16 or float16")
+    if quantize == "int4":
+        if not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
+            raise QuantizeError("quantize 'int4': this torch build has no CPU int4 kernel")
+        return
     if int8_engine() is None:
         raise QuantizeError(f"quantize {quantize!r}: this torch build has no int8 kernel that runs on this CPU "
                             f"(engines: {', '.join(torch.backends.quantized.supported_engines) or 'none'})")

@@ -9,6 +9,7 @@ MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength`
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZE = ("none", "int8", "int4")   # the local models' linear weights (engine/quantize.py)
 
 
 @dataclass
@@ -28,7 +29,7 @@ class EngineConfig:
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
     lookup: bool = True           # prompt lookup alongside a draft model (the policy picks per round)
     cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only)
-    quantize: str = "none"        # the local models' linear weights: none, or int8 (engine/quantize.py)
+    quantize: str = "none"        # the local models' linear weights: none, int8 or int4 (engine/quantize.py)
     # the target's answers that are drafted from (engine/drafters/datastore.py): "auto" (the
     # target directory's datastore.npz, if any), "none", or a file
     datastore: str = "auto"

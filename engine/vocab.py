@@ -231,6 +231,8 @@ def plain_tokenizer(tokenizer):
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
+    if hasattr(tokenizer, "text_backend"):      # engine.tokenizer.FastTokenizer keeps one
+        return tokenizer.text_backend()
     from tokenizers import Tokenizer
     plain = Tokenizer.from_str(backend.to_str())
     plain.encode_special_tokens = True  # sentinel text in user code is just text
@@ -248,11 +250,15 @@ def encode_plain_batch(plain, texts: list[str]) -> list[list[int]]:
 
 def build_vocab(tokenizer) -> TokenVocab:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    spec = json.loads(backend.to_str()) if backend is not None else {}
-    kinds = _decoder_kinds(spec)
+    # the decoder's own definition (the whole tokenizer's is megabytes of JSON)
+    decoder = getattr(backend, "decoder", None)
+    kinds = _decoder_kinds({"decoder": json.loads(decoder.__getstate__())} if decoder is not None else {})
     byte_level = "ByteLevel" in kinds
-    byte_fallback = "ByteFallback" in kinds or bool(spec.get("model", {}).get("byte_fallback"))
-    bl = _byte_level_decoder() if byte_level else {}
+    byte_fallback = "ByteFallback" in kinds or bool(getattr(getattr(backend, "model", None), "byte_fallback", False))
+    # a byte-level piece's characters to the bytes they stand for (as latin-1 characters); any
+    # other character below 256 to one latin-1 cannot encode, so such a piece is not taken as bytes
+    to_bytes = str.maketrans({**{chr(c): "\uffff" for c in range(256)},
+                              **{c: chr(b) for c, b in _byte_level_decoder().items()}}) if byte_level else None
 
     vocab = tokenizer.get_vocab()
     added = {i: t for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
@@ -271,14 +277,18 @@ def build_vocab(tokenizer) -> TokenVocab:
         if m:
             table[i] = bytes([int(m.group(1), 16)])
             byte_pieces[i] = int(m.group(1), 16)
-        elif byte_level and all(c in bl for c in piece):
-            table[i] = bytes(bl[c] for c in piece)
-        else:
-            table[i] = piece.replace("▁", " ").encode("utf-8")
-    bytes_to_id: dict[bytes, int] = {}
-    for i, b in enumerate(table):   # a byte-fallback piece only where no ordinary piece has the bytes
-        if b and i not in special and (b not in bytes_to_id or (i in byte_pieces, i) < (bytes_to_id[b] in byte_pieces, bytes_to_id[b])):
-            bytes_to_id[b] = i
+            continue
+        if to_bytes is not None:
+            try:
+                table[i] = piece.translate(to_bytes).encode("latin-1")
+                continue
+            except UnicodeEncodeError:
+                pass
+        table[i] = piece.replace("▁", " ").encode("utf-8")
+    # each text's lowest id, a byte-fallback piece only where no ordinary piece has the bytes
+    pieces = [(b, i) for i, b in enumerate(table) if b and i not in special]
+    bytes_to_id = {b: i for b, i in reversed(pieces) if i in byte_pieces}
+    bytes_to_id.update({b: i for b, i in reversed(pieces) if i not in byte_pieces})
     plain = plain_tokenizer(tokenizer)
     vocab = TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
                        bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),

@@ -67,10 +67,13 @@ SPECFILL_VERSION = package_version("specfill") or "0+unknown"
 
 
 def version_line() -> str:
-    """`specfill 0.1.0 (Python 3.11.7, torch 2.13.0, ...)`: what a bug report or an editor's
-    health check needs, read from package metadata (nothing is imported)."""
+    """`specfill 0.1.0 (Python 3.11.7, torch 2.13.0, ...; CPU 16-bit: ...)`: what a bug report or
+    an editor's health check needs, read from package metadata and the CPU's flags (torch is
+    not imported)."""
     parts = [f"Python {platform.python_version()}"]
     for dist in ("torch", "transformers", "pygls"):
         found = package_version(dist)
         parts.append(f"{dist} {found}" if found else f"{dist} missing")
-    return f"specfill {SPECFILL_VERSION} ({', '.join(parts)})"
+    from engine.cpu import system_line   # torch-free: the engine package loads its names lazily
+
+    return f"specfill {SPECFILL_VERSION} ({', '.join(parts)}; {system_line()})"

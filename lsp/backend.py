@@ -46,7 +46,7 @@ def load_backend(settings: Settings) -> Backend:
         log.info("remote target %s (backend %s)", engine.settings.base_url, settings.backend)
         return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
     config = EngineConfig(target=settings.targetModel, draft=settings.draftModel,
-                          device=settings.device, dtype=settings.dtype,
+                          device=settings.device, dtype=settings.dtype, quantize=settings.quantize,
                           trust_remote_code=settings.trustRemoteCode,
                           max_cache_tokens=settings.maxCacheTokens,
                           kv_reuse=settings.kvReuse, lookup=settings.promptLookup,
@@ -115,14 +115,17 @@ def completion_options(settings: Settings) -> CompletionOptions:
 
 
 def completion_request(uri: str, text: str, line: int, character: int) -> CompletionRequest:
+    """The pipeline's request. Text that is not valid UTF-8 (lone surrogates) goes as it is: the
+    pipeline refuses it (completion/context.py), for the server and `specfill complete` alike."""
     from completion.pipeline import CompletionRequest
 
-    return CompletionRequest(uri=uri, text=encodable(text), line=line, character=character)
+    return CompletionRequest(uri=uri, text=text, line=line, character=character)
 
 
 def encodable(text: str) -> str:
-    """`text` with lone surrogates (binary junk sent as JSON) replaced one-for-one by '?', so
-    tokenizers can encode it and codepoint columns stay the same."""
+    """`text` with lone surrogates (bytes that are not UTF-8, binary junk sent as JSON) replaced
+    one-for-one by '?', so tokenizers can encode it (as extra context) and codepoint columns
+    stay the same."""
     try:
         text.encode("utf-8")
         return text

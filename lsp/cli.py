@@ -3,6 +3,7 @@ subcommand). Keep torch out of this module's imports: `serve` must redirect stdo
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -55,6 +56,38 @@ def parse_tcp(value: str) -> tuple[str, int]:
     return host, port_no
 
 
+TERMINAL_HINT = ("specfill serve: waiting for an editor's LSP messages on stdin (an editor starts this "
+                 "itself: see editors/nvim or editors/vscode; or run specfill serve --tcp 127.0.0.1:2087 "
+                 "and connect the editor there); Ctrl-C stops it")
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as shells report a command stopped with Ctrl-C
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (None: it can), found by binding a socket
+    as asyncio's server will (SO_REUSEADDR), before anything slow is imported."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        busy = " (another server is listening there: pick another port)" if exc.errno == errno.EADDRINUSE else ""
+        return f"cannot listen on {host}:{port}: {why}{busy}"
+    return None
+
+
+def stop_on_interrupt() -> None:
+    """Ctrl-C ends the server at once. Python's own KeyboardInterrupt would wait for the thread
+    that reads stdin (a terminal: until the next line) and for a decode in progress. Nothing is
+    logged from the handler: it may run while the logging or stderr lock is held."""
+    import signal
+
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_INTERRUPTED))
+
+
 def serve_main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="specfill serve",
                                      description="Run the specfill language server (stdio by default).")
@@ -67,21 +100,34 @@ def serve_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action=VersionAction)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
+    if args.tcp:
+        problem = listen_problem(*args.tcp)
+        if problem:
+            print(f"{parser.prog}: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    stop_on_interrupt()     # before the hint: a Ctrl-C right after it ends the server too
+    if not args.tcp and sys.stdin.isatty():   # a person ran it: say what it waits for
+        print(TERMINAL_HINT, file=sys.stderr)
     wire = None if args.tcp else protect_stdout()
     setup_logging(args.log_level, force=True, to_client=True)   # the server owns this process's logging
+    log = logging.getLogger("specfill.serve")
 
-    # After the redirect: this pulls in pygls, and the settings table pulls in torch.
+    # After the redirect: this pulls in pygls (the engine, and torch, load with the models).
     from lsp.client_log import disconnect
     from lsp.pygls_compat import shutdown_requested, start_stdio
     from lsp.server import server, stop_work
     from lsp import collector
     collector.watch()      # the collector's passes, timed for specfill.stats
-    log = logging.getLogger("specfill.serve")
     try:
         if args.tcp:
             host, port = args.tcp
             log.info("listening on %s:%d", host, port)
-            server.start_tcp(host, port)
+            try:
+                server.start_tcp(host, port)
+            except OSError as exc:   # the port was taken after listen_problem looked
+                print(f"{parser.prog}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(EXIT_USAGE)
         else:
             start_stdio(server, sys.stdin.buffer, wire)
     except (KeyboardInterrupt, SystemExit):  # `exit` notification over TCP ends in SystemExit
@@ -112,18 +158,24 @@ def _refuse(message: str) -> int:
     return EXIT_USAGE
 
 
-def read_document(path: str, line: int, col: int) -> tuple[str | None, str | None]:
+def read_document(path: str, line: int, col: int, max_chars: int) -> tuple[str | None, str | None]:
     """The text of `path` if (line, col), 1-based, is in it and the pipeline would take it:
-    (text, None), else (None, why). Loads no torch, so a bad file is refused at once."""
+    (text, None), else (None, why). Loads no torch, so a bad file is refused at once. The checks
+    are the server's: maxDocumentChars (`max_chars`), and bytes that are not UTF-8 read as the
+    server reads them from an editor (lone surrogates, which the pipeline refuses)."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         return None, f"cannot read {path}: {exc.strerror}"
-    text = data.decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="surrogateescape")
 
     from completion.context import parse_document
-    from lsp.positions import split_lines
+    from lsp.lines import split_lines
+    from lsp.settings import document_too_large
 
+    too_large = document_too_large(len(text), max_chars)
+    if too_large:
+        return None, f"{path}: {too_large}"
     lines = split_lines(text)
     last_line_open = not lines or lines[-1].endswith(("\n", "\r"))
     if line - 1 > len(lines) or (line - 1 == len(lines) and not last_line_open):
@@ -131,11 +183,20 @@ def read_document(path: str, line: int, col: int) -> tuple[str | None, str | Non
     content = lines[line - 1].rstrip("\r\n") if line - 1 < len(lines) else ""
     if col - 1 > len(content):
         return None, f"line {line} of {path} has {len(content)} characters, asked for column {col}"
-    try:   # the pipeline's own input checks (binary text, size)
+    try:   # the pipeline's own input checks (binary text, not UTF-8)
         parse_document(text, line - 1, col - 1)
     except ValueError as exc:
-        return None, str(exc)
+        return None, f"{path}: {exc}"
     return text, None
+
+
+def model_problem(name: str, role: str) -> str | None:
+    """A local model directory that does not exist, found before torch loads (in the engine's
+    words: engine/models.py). Hub ids, `default` and the rest are the engine's to check."""
+    looks_like_path = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
+    if looks_like_path and not os.path.isdir(os.path.expanduser(name)):
+        return f"{role} model {name!r}: no such directory"
+    return None
 
 
 def complete_main(argv: list[str] | None = None) -> int:
@@ -155,17 +216,15 @@ def complete_main(argv: list[str] | None = None) -> int:
                         help="any other setting, e.g. --set prefixTokens=512 (repeatable); "
                              "python -m lsp.settings --markdown lists them")
     parser.add_argument("--trust-remote-code", action="store_true")
-    parser.add_argument("--json", action="store_true", help='print {"text": ..., "stats": {...}}')
+    parser.add_argument("--json", action="store_true",
+                        help='print {"text": ..., "stats": {...}}; the stats of the run also when '
+                             'nothing is shown (stop_reason, decoded_tokens, cut_by, empty_reason)')
     parser.add_argument("--log-level", default="warning",
                         choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging(args.log_level)
 
-    path, line, col = args.location
-    text, problem = read_document(path, line, col)   # before seconds of torch and model loading
-    if problem:
-        return _refuse(problem)
-
+    # Everything the command line says is checked before seconds of torch and model loading.
     from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
 
     raw: dict = {}
@@ -182,6 +241,18 @@ def complete_main(argv: list[str] | None = None) -> int:
         settings = parse_settings(raw, Settings())
     except SettingsError as exc:
         parser.error(str(exc))
+
+    path, line, col = args.location
+    text, problem = read_document(path, line, col, settings.maxDocumentChars)
+    if problem:
+        return _refuse(problem)
+    from lsp.backend import is_remote_target
+
+    if not is_remote_target(settings.targetModel):
+        for name, role in ((settings.targetModel, "target"), (settings.draftModel, "draft")):
+            problem = model_problem(name, role)
+            if problem:
+                return _refuse(problem)
 
     from lsp import backend
 
@@ -202,13 +273,18 @@ def complete_main(argv: list[str] | None = None) -> int:
     if loaded.pipeline.last_stats.get("remote_error"):   # a remote target failed: say why
         return _refuse(loaded.pipeline.last_stats["remote_error"])
     ghost = completion.text if completion is not None else ""
+    # An empty answer still has its run: what was decoded, why decoding stopped, what cut it.
+    stats = dict(completion.stats) if completion is not None else dict(loaded.pipeline.last_stats)
     if args.json:
-        stats = dict(completion.stats) if completion is not None else {}
         out = {"text": ghost, "stats": stats}
         if completion is not None:
             out["replace_end"] = [completion.replace_end[0] + 1, completion.replace_end[1] + 1]
             out["from_cache"] = completion.from_cache
         print(json.dumps(out, default=str))
+    elif ghost:
+        sys.stdout.write(ghost + ("" if ghost.endswith("\n") else "\n"))
     else:
-        sys.stdout.write(ghost + ("\n" if ghost and not ghost.endswith("\n") else ""))
+        why = stats.get("empty_reason", "")
+        print(f"{parser.prog}: nothing to show here{': ' + why if why else ''} "
+              "(--json shows the run's figures)", file=sys.stderr)
     return 0

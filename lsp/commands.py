@@ -1,7 +1,8 @@
-"""The `workspace/executeCommand` ids the server answers. The bench and both editors send these
-exact strings; tests/e2e/test_lsp_commands.py checks the editors' sources against this table, and
-editors/vscode/scripts/sync_settings.py writes it into the extension as
-src/serverCommands.ts."""
+"""The `workspace/executeCommand` ids the server answers, and the methods of its own requests
+and notifications (both ways). The bench and both editors use these exact strings: the editors'
+sync scripts write both tables into them (editors/vscode/scripts/sync_settings.py as
+src/serverCommands.ts, editors/nvim/scripts/sync_settings.py as lua/specfill/protocol.lua), and
+tests/e2e/test_lsp_commands.py checks that the editors' sources spell no other id."""
 from __future__ import annotations
 
 STATS = "specfill.stats"                     # server, pipeline and model figures (a dict)
@@ -33,3 +34,14 @@ VISITED = "specfill/visited"
 # different suggestions, the greedy one first (what the ghost text shows), the others sampled
 # from the target when asked (for cycling).
 ALTERNATIVES = "specfill/alternatives"
+
+# The server's notifications to the client. STATUS: the target's status, {backend, url, state:
+# ok|error, kind, message} (lsp/notify.py). DOCUMENT_STATUS: whether a document gets answers,
+# {textDocument: {uri}, state: ok|refused, reason: one line (empty when ok)}, sent when that
+# changes (a document over maxDocumentChars, and back under it).
+STATUS = "specfill/status"
+DOCUMENT_STATUS = "specfill/documentStatus"
+
+METHODS = {"alternatives": ALTERNATIVES, **NOTIFICATIONS, "yanked": YANKED, "visited": VISITED,
+           "status": STATUS, "documentStatus": DOCUMENT_STATUS}
+"""Every specfill/* method (requests and notifications, both ways), by short name."""

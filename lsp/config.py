@@ -2,6 +2,7 @@
 workspace/didChangeConfiguration (push), versioned so a late pull reply cannot undo a push."""
 from __future__ import annotations
 
+import json
 import logging
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from lsprotocol import types
 
 from lsp.loading import ensure_models
 from lsp.notify import show
-from lsp.settings import SettingsError, parse_settings, unknown_keys
+from lsp.settings import parse_settings_leniently, unknown_keys, unknown_setting
 
 if TYPE_CHECKING:
     from lsp.server import SpecfillServer
@@ -21,27 +22,49 @@ SECTION = "specfill"
 
 
 def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
-    """Validate and apply a `specfill` section; on error keep the previous settings and tell
-    the user. Returns whether anything was applied."""
+    """Validate and apply a `specfill` section: its valid values apply, an invalid one keeps its
+    previous value, and the user is told (once) what was wrong. Returns whether anything was
+    applied."""
     state = ls.state
     if raw is None:
         return False
     if isinstance(raw, dict) and set(raw) == {SECTION}:
         raw = raw[SECTION]      # {"specfill": {...}} where the bare section was expected
-    try:
-        new = parse_settings(raw, state.settings)
-    except SettingsError as exc:
-        show(ls, f"{exc} (from {source}); keeping the previous settings")
+    new, errors = parse_settings_leniently(raw, state.settings)
+    problems = [f"{err}; keeping {_shown(state.settings, err.name)}" for err in errors]
+    problems += [f"{unknown_setting(name, list_known=False)}; ignored" for name in unknown_keys(raw)]
+    tell_settings_problems(ls, problems, source, error=bool(errors))
+    if not isinstance(raw, dict):
         return False
-    extra = unknown_keys(raw)
-    if extra:
-        log.warning("ignoring unknown settings from %s: %s", source, ", ".join(extra))
     state.settings = new
     state.settings_version += 1
     log.info("settings v%d from %s: %s", state.settings_version, source, new)
     if state.initialized:
         ensure_models(ls)
     return True
+
+
+def _shown(settings, name: str) -> str:
+    """`name = value` as in force (a secret shown as set), or the previous settings for a
+    section that is not an object."""
+    if not hasattr(settings, name):
+        return "the previous settings"
+    return f"{name} = {json.dumps(settings.to_dict()[name])}"
+
+
+def tell_settings_problems(ls: SpecfillServer, problems: list[str], source: str, error: bool) -> None:
+    """One notice for the problems of a settings section that were not told already. Editors
+    send the same section up to three ways (initializationOptions, the configuration pull, a
+    push): a problem is told once while it lasts, and again only after a section without it."""
+    state = ls.state
+    new = [p for p in problems if p not in state.settings_problems]
+    state.settings_problems = set(problems)
+    if not new:
+        if problems:
+            log.info("settings from %s: %s (told already)", source, "; ".join(problems))
+        return
+    log.info("settings problems from %s", source)
+    show(ls, "; ".join(new), types.MessageType.Error if error else types.MessageType.Warning)
 
 
 def pull_settings(ls: SpecfillServer) -> Future:

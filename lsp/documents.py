@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote
 
 from lsprotocol import types
-from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from lsp import backend, commands
 from lsp.backend import encodable
-from lsp.pygls_compat import server_of
+from lsp.pygls_compat import CheckedProtocol, server_of
+from lsp.settings import document_too_large
 from lsp.telemetry import plain
 
 if TYPE_CHECKING:
@@ -49,16 +49,11 @@ def document_key(uri: str) -> str:
 
 
 def did_open(ls: SpecfillServer, params: types.DidOpenTextDocumentParams) -> None:
-    state = ls.state
     item = params.text_document
     key = document_key(item.uri)
-    if len(item.text) > state.settings.maxDocumentChars:
+    if refuse_if_too_large(ls, item.uri, len(item.text)):
         ls.workspace.remove_text_document(item.uri)
-        state.oversized.add(key)
-        log.warning("%s: %d characters > maxDocumentChars %d; no completions for it",
-                    item.uri, len(item.text), state.settings.maxDocumentChars)
         return
-    state.oversized.discard(key)
     ls.workspace.put_text_document(item)
     if context_from(ls, "open"):
         note_document(ls, item.uri, item.text)
@@ -74,10 +69,9 @@ def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) ->
         # A whole-text change can bring an oversized document back under the limit.
         full = [c for c in params.content_changes
                 if isinstance(c, types.TextDocumentContentChangeWholeDocument)]
-        if key in state.oversized and full and len(full[-1].text) <= state.settings.maxDocumentChars:
+        if key in state.oversized and full and not refuse_if_too_large(ls, uri, len(full[-1].text)):
             ls.workspace.put_text_document(types.TextDocumentItem(
                 uri=uri, language_id="", version=params.text_document.version, text=full[-1].text))
-            state.oversized.discard(key)
         elif key not in state.oversized:
             log.warning("didChange for a document that was never opened: %s", uri)
         return
@@ -90,10 +84,8 @@ def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) ->
         ls.workspace.remove_text_document(uri)
         return
     doc.version = params.text_document.version
-    if len(doc.source) > state.settings.maxDocumentChars:
+    if refuse_if_too_large(ls, uri, len(doc.source)):
         ls.workspace.remove_text_document(uri)
-        state.oversized.add(key)
-        log.warning("%s grew past maxDocumentChars; no completions for it", uri)
         return
     if context_from(ls, "edits"):
         note_edit(ls, key, doc, edited_line(params.content_changes))
@@ -105,13 +97,42 @@ def did_close(ls: SpecfillServer, params: types.DidCloseTextDocumentParams) -> N
     key = document_key(uri)
     doc = ls.workspace.text_documents.get(key)
     ls.workspace.remove_text_document(uri)
-    state.oversized.discard(key)
+    state.oversized.pop(key, None)
     cancel = state.inflight.pop(key, None)
     if cancel is not None:
         cancel.set()
     edit_notes(ls).forget(key)
     # The pipeline knows the document by the URI it was opened with.
     forget_document(ls, doc.uri if doc is not None else uri)
+
+
+def refuse_if_too_large(ls: SpecfillServer, uri: str, chars: int) -> bool:
+    """Whether a document of `chars` characters is over maxDocumentChars (then it is not kept).
+    The client is told with specfill/documentStatus when this changes for the document, so its
+    status line can say why nothing is shown there; specfill.stats lists it too."""
+    state = ls.state
+    key = document_key(uri)
+    reason = document_too_large(chars, state.settings.maxDocumentChars)
+    was = state.oversized.get(key)
+    if reason is None:
+        if was is not None:
+            del state.oversized[key]
+            send_document_status(ls, uri, "ok", "", "")
+        return False
+    state.oversized[key] = reason
+    if was is None:
+        log.warning("%s: %s", uri, reason)
+        send_document_status(ls, uri, "refused", "too_large", reason)
+    return True
+
+
+def send_document_status(ls: SpecfillServer, uri: str, state: str, kind: str, reason: str) -> None:
+    """specfill/documentStatus (lsp/commands.py): whether the document at `uri` gets answers."""
+    try:
+        ls.protocol.notify(commands.DOCUMENT_STATUS, {"textDocument": {"uri": uri}, "state": state,
+                                                      "kind": kind, "reason": reason})
+    except Exception:  # client gone
+        log.debug("could not send %s", commands.DOCUMENT_STATUS, exc_info=True)
 
 
 def reported(what: str, handler, ls: SpecfillServer, params: Any) -> None:
@@ -225,7 +246,7 @@ def on_visited(ls: SpecfillServer, params: Any) -> None:
     note_document(ls, doc.uri, doc.source, line, "visits")
 
 
-class SpecfillProtocol(LanguageServerProtocol):
+class SpecfillProtocol(CheckedProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.edit_notes = EditNotes()   # per server: which edited documents to note when
@@ -312,7 +333,7 @@ def _warm_now(ls: SpecfillServer, keys: list[str]) -> None:
     state = ls.state
     loaded = state.backend
     docs = [ls.workspace.text_documents.get(k) for k in keys]
-    texts = [encodable(d.source) for d in docs if d is not None]
+    texts = [d.source for d in docs if d is not None]   # (text a request would refuse is skipped)
     if loaded is None or state.loading or not texts:
         return
     options = backend.completion_options(state.settings)

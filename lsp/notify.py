@@ -10,12 +10,15 @@ from pygls.lsp.server import LanguageServer
 
 from lsprotocol import types
 
+from lsp import commands
+
 log = logging.getLogger("specfill.server")
 
 
 def show(ls: LanguageServer, message: str, kind=types.MessageType.Error) -> None:
     """window/showMessage (and the log)."""
-    log.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, "%s", message)
+    level = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(kind, logging.INFO)
+    log.log(level, "%s", message)
     try:
         ls.window_show_message(types.ShowMessageParams(type=kind, message=f"specfill: {message}"))
     except Exception:  # client gone
@@ -33,7 +36,8 @@ def client_supports(ls: LanguageServer, *path: str) -> bool:
     return bool(node)
 
 
-STATUS_METHOD = "specfill/status"
+STATUS_METHOD = commands.STATUS
+LOCAL_STATUS = {"backend": "local", "url": "", "state": "ok", "kind": "", "message": ""}
 
 
 def send_status(ls: LanguageServer, status: dict) -> None:

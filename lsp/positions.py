@@ -1,23 +1,15 @@
-"""LSP positions (utf-16 or utf-8 code units, as negotiated) <-> python codepoint columns.
-
-Lines end at \\n, \\r\\n or \\r only, as LSP says (str.splitlines also splits at \\x0c, \\x1c,
-\\u2028 and friends, which editors do not count as line breaks).
+"""LSP positions (utf-16 or utf-8 code units, as negotiated) <-> python codepoint columns, on
+lines as LSP clients count them (lsp/lines.py).
 """
 from __future__ import annotations
 
-import re
 from typing import Optional, Sequence
 
 from lsprotocol import types
 from pygls.workspace import TextDocument, Workspace
 from pygls.workspace.position_codec import PositionCodec
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-
-
-def split_lines(text: str) -> tuple[str, ...]:
-    """Lines with their line endings kept; no entry for the empty text after a final newline."""
-    return tuple(_LINE.findall(text))
+from lsp.lines import split_lines
 
 
 def _content(line: str) -> str:

@@ -5,7 +5,9 @@ written against (a newer major version fails loudly at import instead of misbeha
 - `pendingRequests` in `specfill.stats` counts the protocol's open request futures;
 - the exit code says whether `shutdown` came before the connection ended;
 - the document-sync protocol handlers need the server they belong to;
-- stdio is read on the event loop (`start_stdio`), not a thread hand-off per line.
+- stdio is read on the event loop (`start_stdio`), not a thread hand-off per line;
+- a message whose params do not fit its type (`line: -1`) is answered with one error line
+  (`CheckedProtocol`), where pygls would log a cattrs traceback and leave a request unanswered.
 """
 from __future__ import annotations
 
@@ -17,9 +19,13 @@ import threading
 from importlib.metadata import version
 from typing import TYPE_CHECKING, BinaryIO
 
+from cattrs.v import format_exception, transform_error
+from lsprotocol.types import ResponseError
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCRequestMessage
 from pygls.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -55,6 +61,53 @@ def server_of(protocol: LanguageServerProtocol) -> "SpecfillServer":
     return protocol._server   # type: ignore[return-value]
 
 
+class Malformed:
+    """A client message whose params do not fit its method's type: what `CheckedProtocol` makes
+    of it instead of raising. `id` is None for a notification."""
+
+    def __init__(self, method: str, id, problem: str):
+        self.method, self.id, self.problem = method, id, problem
+
+
+def _problem(exc: Exception) -> str:
+    """What is wrong with a message, one line: cattrs' paths, with lsprotocol's own range
+    messages (`Position.line should be in range [0:2147483647], but was -1`)."""
+    def fmt(err: BaseException, type_) -> str:
+        return str(err) if type(err) is ValueError and str(err) else format_exception(err, type_)
+    try:
+        return "; ".join(transform_error(exc, path="$", format_exception=fmt)).replace("@ $.", "at ")
+    except Exception:  # noqa: BLE001 - not a cattrs error: its own words
+        return f"{type(exc).__name__}: {exc}"
+
+
+class CheckedProtocol(LanguageServerProtocol):
+    """pygls' protocol, except that a request or notification that does not fit its method's
+    type is one warning line in the log, and a request gets an Invalid Params error response
+    (pygls logs the cattrs traceback and never answers the request)."""
+
+    def structure_message(self, data):
+        if isinstance(data, dict) and "jsonrpc" in data and isinstance(data.get("method"), str):
+            method = data["method"]
+            request = "id" in data
+            kind = self.get_message_type(method) or (JsonRPCRequestMessage if request else JsonRPCNotification)
+            try:
+                return self._converter.structure(data, kind)
+            except Exception as exc:  # noqa: BLE001 - any failure to read it is the client's
+                return Malformed(method, data["id"] if request else None, _problem(exc))
+        return super().structure_message(data)
+
+    def handle_message(self, message):
+        if not isinstance(message, Malformed):
+            return super().handle_message(message)
+        what = f"{message.method}: invalid params: {message.problem}"
+        if message.id is None:
+            log.warning("ignored %s", what)
+            return None
+        log.warning("answered an error to %s", what)
+        self._send_response(message.id, None, ResponseError(code=JsonRpcInvalidParams.CODE, message=what))
+        return None
+
+
 class PipeReader:
     """The client's messages read on the event loop itself, from asyncio's pipe transport: one
     wake-up takes in what the client wrote (a didChange and the completion request after it).
@@ -67,11 +120,24 @@ class PipeReader:
     def readline(self):
         return self.stream.readline()
 
-    async def readexactly(self, n: int) -> bytes:
+    async def readexactly(self, n: int) -> bytes | str:
         try:
-            return await self.stream.readexactly(n)
+            body = await self.stream.readexactly(n)
         except asyncio.IncompleteReadError as exc:   # the client went away mid-message
             return exc.partial
+        return readable(body)
+
+
+def readable(body: bytes) -> bytes | str:
+    """A message body as JSON can read it. Neovim sends a buffer's bytes as they are, also
+    where they are not UTF-8, and json.loads would refuse the whole message (a lost didOpen):
+    such a body is read with each bad byte as a lone surrogate, which the pipeline refuses
+    with one line, as `specfill complete` does for the same file."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body.decode("utf-8", "surrogateescape")
+    return body
 
 
 async def _stdin_reader(ls: LanguageServer, stdin: BinaryIO, stdout: BinaryIO):

@@ -68,6 +68,7 @@ def _run_job(state: ServerState, loaded: backend.Backend, request: CompletionReq
     stats.decode_jobs += 1
     t0 = time.perf_counter()
     state.worker_busy = True
+    ran_before = loaded.pipeline.last_stats
     try:
         if count > 1:
             found = alternatives(loaded.pipeline, request, options, count, cancel=cancel)
@@ -88,11 +89,14 @@ def _run_job(state: ServerState, loaded: backend.Backend, request: CompletionReq
         state.worker_busy = False
     stopped = cancel.is_set()
     stats.stopped_jobs += stopped
+    ran = loaded.pipeline.last_stats is not ran_before   # the models ran (else: the cache answered)
     stats.last_job = {
         "ms": round((time.perf_counter() - t0) * 1000, 2), "cancelled": stopped,
         "empty": completion is None,
-        "from_cache": completion.from_cache if completion is not None else False,
-        "stats": dict(completion.stats) if completion is not None else {},
+        "from_cache": completion.from_cache if completion is not None else not ran,
+        # an empty answer keeps its run's figures: what was decoded and what cut it
+        "stats": dict(completion.stats) if completion is not None else
+                 dict(loaded.pipeline.last_stats) if ran else {},
     }
     if count > 1:
         stats.last_job["alternatives"] = len(found)
@@ -130,21 +134,24 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
     stats = state.stats
     stats.requests += 1
     settings = state.settings
+    # pending until the request is answered or refused
+    last = state.last_request = {"uri": uri, "answered": False, "pending": True, "reason": ""}
     if not settings.enable:
         stats.disabled += 1
-        return []
+        return _no_answer(last, "completions are off (the enable setting is false)")
     key = document_key(uri)
     if key in state.oversized:
         stats.oversized_document += 1
-        return []
+        return _no_answer(last, state.oversized[key])
     doc = ls.workspace.text_documents.get(key)
     if doc is None:
         stats.unknown_document += 1
         log.warning("completion requested for a document that is not open: %s", uri)
-        return []
+        return _no_answer(last, "the document is not open on the server")
     if state.loading or state.backend is None:
         stats.while_loading += 1
-        return []
+        return _no_answer(last, "the models are loading" if state.loading else
+                          "no models are loaded (the log says why; specfill.reload tries again)")
     # The text and position of this request, before later edits arrive.
     text = doc.source
     lines = doc.lines
@@ -154,11 +161,12 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
         stats.out_of_range += 1
         log.warning("position %d:%d is past the end of %s (%d lines)",
                     position.line, position.character, uri, len(lines))
-        return []
+        return _no_answer(last, f"position {position.line}:{position.character} is past the end of "
+                                 f"the document ({len(lines)} lines)")
     chosen = _selected(lines, codec, selected, uri) if selected is not None else None
     if selected is not None and chosen is None:
         stats.out_of_range += 1
-        return []
+        return _no_answer(last, "the selected completion item's range is not in the document")
 
     state.prefetch.before_request(key, text, cursor)   # a prefetch elsewhere stops now
     cancel = threading.Event()
@@ -167,7 +175,7 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
         if settings.debounceMs and not invoked:
             await asyncio.sleep(settings.debounceMs / 1000)
         if cancel.is_set() or state.loading or state.backend is None:
-            return []
+            return _no_answer(last, "a newer request replaced it" if cancel.is_set() else "the models are loading")
         # The pipeline knows the document by the URI it was opened with.
         asked = selected_item.apply(lines, chosen) if chosen is not None else None
         request = (backend.completion_request(doc.uri, asked.text, *asked.cursor) if asked is not None
@@ -178,13 +186,18 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
     except asyncio.CancelledError:   # $/cancelRequest: pygls answers -32800
         cancel.set()
         stats.cancelled += 1
+        _no_answer(last, "the editor cancelled it")
         raise
     finally:
         if state.inflight.get(key) is cancel:
             del state.inflight[key]
     if cancel.is_set():
-        return []
+        return _no_answer(last, "a newer request replaced it")
     state.prefetch.answered(request.uri, request.text, found)
+    last["answered"] = any(c.text for c in found)
+    last["pending"] = False
+    if not last["answered"]:
+        _no_answer(last, _empty_job_reason(stats.last_job))
     if chosen is not None:   # the selected item's text, then the model's, over the item's range
         start = to_client(lines, codec, *chosen.start)
         answers = [selected_item.answer(chosen, c.text, c.replace_end[1] - c.cursor[1]) for c in found if c.text]
@@ -192,6 +205,26 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
     start = to_client(lines, codec, *cursor)
     return [(c.text, types.Range(start=start, end=to_client(lines, codec, *c.replace_end)))
             for c in found if c.text]
+
+
+def _no_answer(last: dict, reason: str) -> list:
+    """Note in the request's `lastRequest` entry (specfill.stats) why it gets no answer; the
+    (empty) answer."""
+    last["reason"] = reason
+    last["pending"] = False
+    return []
+
+
+def _empty_job_reason(job: dict) -> str:
+    """Why a request the worker ran shows nothing, from its `last_job`."""
+    if "rejected" in job:
+        return job["rejected"]
+    if "error" in job:
+        return f"the completion failed: {job['error']}"
+    if job.get("from_cache"):
+        return "nothing to show here (answered from the cache: the same text gave nothing before)"
+    why = job.get("stats", {}).get("empty_reason")
+    return f"nothing to show: {why}" if why else "nothing to show"
 
 
 def _selected(lines, codec, info: types.SelectedCompletionInfo, uri: str) -> Optional[selected_item.Selected]:
@@ -369,6 +402,10 @@ def stats_report(ls: SpecfillServer) -> dict:
         "positionEncoding": str(ls.workspace.position_encoding),
         "openDocuments": len(ls.workspace.text_documents),
         "oversizedDocuments": len(state.oversized),
+        # why open documents get no answers (over maxDocumentChars), and why the latest request
+        # got none: what the editors' status lines and stats views say
+        "refusedDocuments": dict(state.oversized),
+        "lastRequest": dict(state.last_request),
         "prefetch": asdict(state.prefetch.stats),
         "inflight": len(state.inflight) + state.prefetch.in_flight(),
         "workerBusy": state.worker_busy,

@@ -8,7 +8,8 @@ description) for anything that generates an editor's settings from it.
 
 The limits shared with the layers below are theirs (the draft length and device names from
 engine/settings.py, the document size from completion/context.py); this table only documents
-and enforces them.
+and enforces them. Importing it loads no torch (lsp/engine_limits.py), so every setting is
+checked before any model loads.
 """
 from __future__ import annotations
 
@@ -24,13 +25,12 @@ from typing import Any
 from completion.alternatives import MAX_CANDIDATES
 from completion.context import MAX_DOCUMENT_CHARS
 from completion.templates import FAMILIES, LAYOUTS
-from engine.remote import BACKENDS
-from engine.settings import DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH
 from lsp.arguments import keyword_or_path
+from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH, QUANTIZE
 
 FIM_TEMPLATES = FAMILIES   # the prompt formats completion/templates.py knows
 
-MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "cudaGraphs", "trustRemoteCode",
+MODEL_KEYS = ("targetModel", "draftModel", "device", "dtype", "quantize", "cudaGraphs", "trustRemoteCode",
               "maxCacheTokens", "kvReuse", "promptLookup", "datastore", "backend", "apiKey", "apiKeyEnv",
               "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
 """Settings whose change needs the models reloaded (the others apply to the next request)."""
@@ -102,8 +102,17 @@ class Settings:
     device: str = _setting(
         "auto", "Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU).",
         f"{_quoted(DEVICES)}, `cuda:N`", pattern=DEVICE_PATTERN)
-    dtype: str = _setting("auto", "Weight precision (`auto`: float32 on CPU, bfloat16 or float16 "
-                          "on GPUs).", _quoted(DTYPES), choices=DTYPES)
+    dtype: str = _setting(
+        "auto", "Precision the local models compute in. `auto`: on a GPU bfloat16 (else float16); on "
+        "a CPU a checkpoint's own 16-bit precision for a real-sized model where the CPU computes it "
+        "natively (`specfill --version` says which it does), else float32 (small models, float32 "
+        "checkpoints). The server's log says what it chose and why.", _quoted(DTYPES), choices=DTYPES)
+    quantize: str = _setting(
+        "none", "The local models' weights in fewer bits (CPU only): `int8` (half the memory of 16 "
+        "bits, faster decoding, and verifying several drafted tokens costs little more than one) or "
+        "`int4` (a quarter, the fastest decoding, but verifying several tokens costs several times "
+        "one); a small cost in quality (`python -m bench.quality`). The output is exactly that of "
+        "the quantized target alone.", _quoted(QUANTIZE), choices=QUANTIZE)
     cudaGraphs: bool = _setting(
         False, "Run the local models' forward passes as replayed CUDA graphs (the lean forward at "
         "fixed shapes, each captured on its first call), which cuts the per-step launch overhead "
@@ -317,10 +326,39 @@ def parse_settings(raw: dict | None, previous: Settings) -> Settings:
     return previous.replace(**changes)
 
 
+def parse_settings_leniently(raw: dict | None, previous: Settings) -> tuple[Settings, list[SettingsError]]:
+    """`parse_settings` for a section from an editor: the valid values apply, an invalid one
+    keeps its previous value and is returned, so one mistake does not undo the user's other
+    settings (their models, say). A section that is not an object changes nothing."""
+    if raw is None:
+        return previous, []
+    if not isinstance(raw, dict):
+        return previous, [SettingsError("<section>", raw, "an object of specfill settings")]
+    changes: dict[str, Any] = {}
+    errors: list[SettingsError] = []
+    for name, value in raw.items():
+        if name not in FIELDS:
+            continue
+        try:
+            changes[name] = FIELDS[name].default if value is None else _check_value(name, value)
+        except SettingsError as exc:
+            errors.append(exc)
+    return previous.replace(**changes), errors
+
+
 def unknown_keys(raw: dict | None) -> list[str]:
     if not isinstance(raw, dict):
         return []
     return sorted(k for k in raw if k not in FIELDS and k not in IGNORED_KEYS)
+
+
+def document_too_large(chars: int, limit: int) -> str | None:
+    """Why a document of `chars` characters gets no completions under `maxDocumentChars`
+    `limit` (None: it is not too large); the server and `specfill complete` say the same."""
+    if chars <= limit:
+        return None
+    return (f"{chars} characters, over maxDocumentChars ({limit}); no completions for it "
+            f"(the setting goes up to {FIELDS['maxDocumentChars'].metadata['max']})")
 
 
 def schema() -> list[dict[str, Any]]:
@@ -359,10 +397,35 @@ def parse_assignment(item: str) -> tuple[str, Any]:
     if not eq or not name:
         raise SettingsError(item, item, "NAME=VALUE", f"expected NAME=VALUE, got {item!r}")
     if name not in FIELDS:
-        close = difflib.get_close_matches(name, FIELDS, n=1)
-        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(FIELDS)}"
-        raise SettingsError(name, item, "a setting name", f"unknown setting {name!r} ({hint})")
+        raise SettingsError(name, item, "a setting name", unknown_setting(name))
     return name, _check_value(name, value)
+
+
+def closest_setting(name: str) -> str | None:
+    """The known setting `name` is most likely a misspelling of (None: none is close). Case
+    is ignored (`maxnewtokens`), and so is a `specfill.` prefix written in front of it."""
+    bare = name.removeprefix("specfill.")
+    if bare in FIELDS:
+        return bare
+    by_lower = {known.lower(): known for known in FIELDS}
+    if bare.lower() in by_lower:
+        return by_lower[bare.lower()]
+    close = difflib.get_close_matches(bare.lower(), by_lower, n=1)
+    return by_lower[close[0]] if close else None
+
+
+def unknown_setting(name: str, list_known: bool = True) -> str:
+    """The one line that names an unknown setting and the known one it is closest to, for the
+    command line and the editors alike. When none is close: every known name (`list_known`,
+    the command line), or where the list is (an editor's notice, which must stay one line)."""
+    close = closest_setting(name)
+    if close:
+        hint = f"did you mean {close}?"
+    elif list_known:
+        hint = f"known: {', '.join(FIELDS)}"
+    else:
+        hint = "python -m lsp.settings --markdown lists the known ones"
+    return f"unknown setting {name!r} ({hint})"
 
 
 def markdown_table() -> str:

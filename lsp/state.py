@@ -44,14 +44,18 @@ class ServerStats:
 class ServerState:
     settings: Settings = field(default_factory=Settings)
     settings_version: int = 0            # bumped on every applied change (init, pull, push)
+    settings_problems: set = field(default_factory=set)   # told about the latest section (config.py)
     backend: Optional[Backend] = None
     wanted_key: Optional[tuple] = None   # model key being loaded or loaded
     load_generation: int = 0             # a load whose generation is not the newest is dropped
     loading: bool = False
     initialized: bool = False
     inflight: dict = field(default_factory=dict)      # uri -> threading.Event, oldest first
-    oversized: set = field(default_factory=set)       # uris of documents too large to keep
+    oversized: dict = field(default_factory=dict)     # uri -> why it is too large to keep
     stats: ServerStats = field(default_factory=ServerStats)
+    # the latest completion request: {uri, answered, pending: still running, reason: why nothing
+    # is shown ("" if answered or pending)}
+    last_request: dict = field(default_factory=dict)
     user: UserAcceptance = field(default_factory=UserAcceptance)   # what users did with them
     # The engine is not thread-safe and keeps KV caches between requests: all torch work
     # (loading, completing, warm-up) runs on this one thread.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import sys
 import threading
@@ -255,3 +256,21 @@ async def stop_client(client) -> None:
     if stdin is not None and not stdin.is_closing():
         stdin.close()
     await asyncio.wait_for(client.stop(), 30)
+
+
+def frame(message: dict) -> bytes:
+    """One LSP message as it goes over stdio."""
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def parse_frames(data: bytes) -> list[dict]:
+    """Every byte of `data` must belong to a well-formed LSP message."""
+    messages = []
+    while data:
+        header, sep, rest = data.partition(b"\r\n\r\n")
+        assert sep and header.startswith(b"Content-Length: "), f"not LSP framing: {data[:80]!r}"
+        length = int(header.split(b"\r\n")[0][len(b"Content-Length: "):])
+        messages.append(json.loads(rest[:length]))
+        data = rest[length:]
+    return messages

@@ -46,6 +46,8 @@ def source(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "ok.py"
     path.write_text("x = 1\n")
     (path.parent / "empty").mkdir()   # a folder without .py files
+    (path.parent / "big.py").write_text("x = 1\n" * 200)        # 1200 characters
+    (path.parent / "latin1.py").write_bytes(b"caf\xe9 = 1\n")  # not UTF-8
     return path
 
 
@@ -56,7 +58,11 @@ def source(tmp_path_factory):
     (["complete", "{src}:0:1"], ["1-based"]),
     (["complete", "{src}"], ["FILE:LINE:COL"]),
     (["complete", "{src}:1:1", "--set", "draftLenght=3"], ["unknown setting 'draftLenght'", "did you mean draftLength?"]),
+    (["complete", "{src}:1:1", "--set", "maxNewToken=3"], ["unknown setting 'maxNewToken'", "did you mean maxNewTokens?"]),
     (["complete", "{src}:1:1", "--set", "maxNewTokens"], ["expected NAME=VALUE"]),
+    (["complete", "{big}:1:1", "--set", "maxDocumentChars=1000"], ["1200 characters, over maxDocumentChars (1000)"]),
+    (["complete", "{latin1}:1:5"], ["not valid UTF-8 text (line 1, column 4)"]),
+    (["complete", "{src}:1:1", "--target", "./no/such/model"], ["target model './no/such/model': no such directory"]),
     (["complete", "{src}:1:1", "--set", "maxNewTokens=lots"], ["specfill.maxNewTokens", "'lots'", "1-1024"]),
     (["complete", "{src}:1:1", "--draft-length", "40"], ["draftLength", "1-16"]),
     (["complete", "{src}:1:1", "--multiline", "sometimes"], ["multiline", "auto, always, never"]),
@@ -92,7 +98,9 @@ def source(tmp_path_factory):
     (["bench", "--suite", "--files", "/no/such/folder"], ["--files", "cannot read /no/such/folder"]),
 ])
 def test_each_command_line_error_is_one_line_with_exit_code_2(args, expected, source, capsys):
-    args = [a.replace("{src}", str(source)).replace("{empty}", str(source.parent / "empty")) for a in args]
+    args = [a.replace("{src}", str(source)).replace("{empty}", str(source.parent / "empty"))
+            .replace("{big}", str(source.parent / "big.py")).replace("{latin1}", str(source.parent / "latin1.py"))
+            for a in args]
     assert_one_line_error(*in_process(args, capsys), *expected)
 
 
@@ -101,6 +109,7 @@ def test_version_and_help_go_to_stdout(capsys):
         code, out, err = in_process(args, capsys)
         assert code == 0 and err == ""
         assert out.startswith(f"specfill {SPECFILL_VERSION} (Python ") and "torch " in out
+        assert "; CPU 16-bit: " in out      # which 16-bit checkpoints run in 16 bits here
         assert out.count("\n") == 1
     code, out, err = in_process(["--help"], capsys)
     assert code == 0 and err == "" and "generate" in out and "--version" in out
@@ -129,6 +138,26 @@ def test_a_binary_file_is_refused_before_any_model_loads(tmp_path):
     assert_one_line_error(done.returncode, "", done.stderr, "binary")
     assert done.stdout == "[]\n"
     assert "/no/such/model" not in done.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["complete", "{src}:1:1", "--set", "temperature=5"],
+    ["complete", "{src}:1:1", "--set", "tempreature=0.5"],
+    ["complete", "{src}:1:1", "--draft", "./no/such/draft"],
+    ["complete", "{big}:1:1", "--set", "maxDocumentChars=1000", "--target", "/no/such/model"],
+    ["generate", "--prompt-file", "{src}", "--top-k", "-3"],
+], ids=["value", "name", "model-path", "document", "generate"])
+def test_settings_and_arguments_are_refused_before_torch_is_imported(args, source):
+    """What the command line says is checked before any model loads, and before torch and
+    transformers are imported (seconds): a bad value is refused at once."""
+    args = [a.replace("{src}", str(source)).replace("{big}", str(source.parent / "big.py")) for a in args]
+    probe = ("import sys\nfrom cli.main import main\ntry:\n    code = main(sys.argv[1:])\n"
+             "except SystemExit as exit_:\n    code = exit_.code\n"
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\nsys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                          env=SERVER_ENV, cwd=ROOT, timeout=240)
+    assert_one_line_error(done.returncode, "", done.stderr)
+    assert done.stdout == "[]\n"
 
 
 @pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],

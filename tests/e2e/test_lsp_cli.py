@@ -3,8 +3,13 @@ with the real tiny model pair."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +45,27 @@ def source_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("cli") / "walk.py"
     path.write_text(SOURCE)
     return path
+
+
+def test_an_empty_answer_keeps_its_run_in_json_and_says_why(source_file, capsys):
+    """At the end of the `def` line with one-line answers the tiny pair's first line is empty:
+    nothing is shown, but --json carries what was decoded and what cut it."""
+    line, col = 4, len("def walk(root):") + 1
+    assert reference(source_file.resolve().as_uri(), SOURCE, line - 1, col - 1, maxNewTokens=24,
+                     multiline="never") == ""
+    done = run("complete", f"{source_file}:{line}:{col}", *model_args(), "--multiline", "never", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["text"] == ""
+    stats = out["stats"]
+    assert stats["decoded_tokens"] >= 1 and stats["stop_reason"] and stats["cut_by"] == "newline", stats
+    assert "before any text" in stats["empty_reason"], stats
+    # without --json: nothing on stdout, one line on stderr saying why
+    assert complete_main([f"{source_file}:{line}:{col}", *model_args(), "--multiline", "never"]) == 0
+    out, err = capsys.readouterr()
+    last = err.splitlines()[-1]   # (what comes before it: the tiny pair being built in this process)
+    assert out == "" and last.startswith("specfill complete: nothing to show here: "), err
+    assert stats["empty_reason"] in last, err
 
 
 def test_complete_prints_what_the_server_pipeline_gives(source_file, capsys):
@@ -109,3 +135,40 @@ def test_the_command_line_loads_no_torch_before_a_subcommand_runs():
                           env=SERVER_ENV, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_serve_on_a_busy_port_is_one_line_and_exit_code_2():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run("serve", "--tcp", f"127.0.0.1:{port}")
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"specfill serve: cannot listen on 127.0.0.1:{port}: "), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_in_a_terminal_says_what_it_waits_for_and_ctrl_c_ends_it_at_once():
+    """A person who runs `specfill serve` gets one line on stderr (it speaks LSP on stdin, how to
+    connect an editor), and the first Ctrl-C (SIGINT, as the terminal sends it) ends it."""
+    terminal, tty = pty.openpty()
+    try:
+        server = subprocess.Popen([*SPECFILL, "serve"], stdin=tty, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=SERVER_ENV, cwd=ROOT)
+        try:
+            first = server.stderr.readline().decode()
+            assert first.startswith("specfill serve: waiting for an editor's LSP messages on stdin"), first
+            assert "--tcp" in first and "Ctrl-C" in first, first
+            time.sleep(1.0)   # well into its start: reading stdin, its worker thread up
+            assert server.poll() is None
+            server.send_signal(signal.SIGINT)
+            assert server.wait(timeout=10) == 130
+            assert server.stdout.read() == b""   # nothing on the LSP wire
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    finally:
+        os.close(terminal)
+        os.close(tty)

@@ -27,8 +27,7 @@ async def test_log_lines_reach_the_client_with_their_level(capfd):
                          "the error about maxNewTokens")
         assert received(client, "specfill.config: settings v1 from initializationOptions") == [
             types.MessageType.Info]
-        assert received(client, "ignoring unknown settings from initializationOptions: noSuchSetting") == [
-            types.MessageType.Warning]
+        assert received(client, "unknown setting 'noSuchSetting'") == [types.MessageType.Warning]
         assert received(client, "invalid value for specfill.maxNewTokens") == [types.MessageType.Error]
         await client.shutdown_session()
         await wait_until(lambda: client.exit_code is not None, 30, "the server to exit")
@@ -37,6 +36,6 @@ async def test_log_lines_reach_the_client_with_their_level(capfd):
         await stop_client(client)
     stderr = capfd.readouterr().err   # pytest-lsp forwards the server's stderr to ours
     # Nothing the client received went to stderr as well ...
-    assert "settings v1" not in stderr and "ignoring unknown settings" not in stderr, stderr
+    assert "settings v1" not in stderr and "unknown setting" not in stderr, stderr
     # ... but the time after the connection ends does.
     assert "INFO specfill.serve: server stopped (exit code 0)" in stderr, stderr

@@ -3,7 +3,6 @@ an empty result, and the server keeps answering afterwards."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import subprocess
 import sys
@@ -12,8 +11,8 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 
-from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, init_params, inline,
-                         items, make_client, open_doc, push_settings, reference, reset,
+from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, frame, init_params, inline,
+                         items, make_client, open_doc, parse_frames, push_settings, reference, reset,
                          server_stdin, stats, stop_client, tiny_options, tiny_server,
                          wait_for_setting, wait_loaded, wait_until)
 
@@ -229,23 +228,6 @@ async def test_tcp_listens_on_loopback():
         if process.returncode is None:
             process.kill()
         await client.stop()
-
-
-def frame(message: dict) -> bytes:
-    body = json.dumps(message).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-def parse_frames(data: bytes) -> list[dict]:
-    """Every byte of `data` must belong to a well-formed LSP message."""
-    messages = []
-    while data:
-        header, sep, rest = data.partition(b"\r\n\r\n")
-        assert sep and header.startswith(b"Content-Length: "), f"not LSP framing: {data[:80]!r}"
-        length = int(header.split(b"\r\n")[0][len(b"Content-Length: "):])
-        messages.append(json.loads(rest[:length]))
-        data = rest[length:]
-    return messages
 
 
 @pytest.mark.asyncio

@@ -98,8 +98,8 @@ def test_speculative_greedy_equals_target_alone_on_held_out_code(engines):
     drafted = accepted = 0
     for snippet in held_out_snippets():
         snippet = snippet[-1200:]  # well inside the target's 512-token context
-        target_ids = ttok(snippet).input_ids
-        draft_ids = dtok(snippet).input_ids
+        target_ids = ttok.encode(snippet)
+        draft_ids = dtok.encode(snippet)
         settings = GenerationSettings(max_new_tokens=40)
         a = spec.generate(target_ids, draft_ids, settings=settings, stop_ids=stop)
         b = alone.generate(target_ids, settings=settings, stop_ids=stop)
@@ -119,8 +119,8 @@ def test_fim_request_on_held_out_snippet_returns_code(engines):
     lines = snippet.splitlines(keepends=True)
     k = max(i for i, line in enumerate(lines) if line.strip())
     prefix, suffix = "".join(lines[:k]), "".join(lines[k:])
-    enc_t = lambda s: ttok(s, add_special_tokens=False).input_ids  # noqa: E731
-    enc_d = lambda s: dtok(s, add_special_tokens=False).input_ids  # noqa: E731
+    enc_t = lambda s: ttok.encode(s, add_special_tokens=False)  # noqa: E731
+    enc_d = lambda s: dtok.encode(s, add_special_tokens=False)  # noqa: E731
     target_ids = fim_prompt_ids(codellama_format(ttok), enc_t, prefix, suffix, spm=False)
     draft_ids = fim_prompt_ids(starcoder_format(dtok), enc_d, prefix, suffix, spm=False)
     stop = (codellama_fim_end(ttok), ttok.eos_token_id)

@@ -2,6 +2,7 @@
 place, GEMV for one row) equal the transformers forward; int8 weights give the same logits for a
 row whatever else is in the call, so speculative decoding stays exactly the quantized target's;
 the kernel choice is kept on disk and reused."""
+import copy
 import json
 import logging
 
@@ -92,7 +93,12 @@ def _reference(model, ids):
 @pytest.mark.parametrize("kernels", [Kernels(ROWS, ROWS, ROWS, ROWS), Kernels(GEMV, GEMV, ROWS, ROWS)])
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "bigcode"])
 def test_plain_16_bit_weights_fused_in_place_equal_the_transformers_forward(kind, kernels):
-    model = tiny_model(kind, 300).to(torch.bfloat16)
+    model = tiny_model(kind, 300)
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    inv_freq = rotary.inv_freq.clone() if rotary is not None else None
+    model = model.to(torch.bfloat16)
+    if rotary is not None:   # float32 frequencies, as the lean forward computes them from the config
+        model.model.rotary_emb.inv_freq = inv_freq
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     lean = make_lean(model, pack_max_bytes=0, kernels=kernels)
     assert not lean.packed and lean.compute_dtype == torch.bfloat16
@@ -175,7 +181,7 @@ PROMPTS = ["def add(a, b):\n    return", "import os\nimport sys\n\n\ndef main(ar
            "for i in range(10):\n\tprint(i)\n\t", "x = [1, 2, 3]\ny = {k: v for k, v in "]
 
 
-@pytest.mark.parametrize("setting", [dict(dtype="bfloat16"),
+@pytest.mark.parametrize("setting", [dict(dtype="bfloat16"), dict(quantize="int4"),
                                      pytest.param(dict(quantize="int8"), marks=pytest.mark.skipif(
                                          not HAS_INT8, reason="no int8 kernel here"))])
 def test_greedy_output_at_each_precision_equals_that_target_alone(setting):
@@ -198,8 +204,8 @@ def test_greedy_output_at_each_precision_equals_that_target_alone(setting):
 
 def test_a_quantization_that_cannot_run_is_one_line_before_anything_loads():
     target_dir, _ = tiny_pair_dirs()
-    with pytest.raises(ModelLoadError, match=r"^quantize 'int4': not one of none, int8$"):
-        LocalEngine(EngineConfig(target=target_dir, draft="none", quantize="int4"))
+    with pytest.raises(ModelLoadError, match=r"^quantize 'int2': not one of none, int8, int4$"):
+        LocalEngine(EngineConfig(target=target_dir, draft="none", quantize="int2"))
     with pytest.raises(ModelLoadError, match="needs the lean forward"):
         LocalEngine(EngineConfig(target=target_dir, draft="none", quantize="int8", lean=False))
 
@@ -237,3 +243,39 @@ def test_the_kernel_cache_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("SPECFILL_KERNEL_CACHE", "off")
     assert kernel_cache.cache_file() is None and kernel_cache.load(("x",)) is None
     kernel_cache.store(("x",), Kernels())    # nothing to write, nothing raised
+
+
+def _int4_values(weight: torch.Tensor) -> torch.Tensor:
+    """What int4 makes of a weight: each group of 32 inputs at 16 levels from its least to its greatest."""
+    groups = weight.detach().float().reshape(weight.shape[0], -1, 32)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    step = (high - low).clamp_min(1e-8) / 15
+    return (((groups - low) / step).round().clamp(0, 15) * step + low).reshape(weight.shape)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "bigcode"])
+def test_int4_keeps_rows_apart_and_computes_its_groups_values(kind):
+    """int4 (groups of 32 inputs, an offset and a scale each): a verify pass gives what single
+    steps give, and the logits are the float model's with each weight at its group's level
+    (but for bfloat16's rounding of the activations)."""
+    model = tiny_model(kind, 300)
+    ids = list(range(3, 60))
+    rounded = copy.deepcopy(model)
+    # the output head is quantized, the embedding it may share is not
+    rounded.lm_head.weight = torch.nn.Parameter(rounded.lm_head.weight.detach().clone())
+    with torch.no_grad():
+        for name, module in rounded.named_modules():
+            if isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D":
+                module.weight.copy_(_int4_values(module.weight))
+    ref = _reference(rounded, ids)
+    lean = make_lean(model, quantize="int4")
+    assert lean.compute_dtype == torch.bfloat16
+    one_by_one, together = LeanForward(lean, torch.bfloat16, CPU), LeanForward(lean, torch.bfloat16, CPU)
+    with torch.no_grad():
+        one_by_one(ids[:40], 1)
+        together(ids[:40], 1)
+        steps = torch.cat([one_by_one([t], 1) for t in ids[40:56]])
+        verify = together(ids[40:56], 16)
+    assert (steps - verify).abs().max() < 0.05 * verify.abs().max()
+    assert (steps.argmax(-1) == verify.argmax(-1)).all()
+    assert (verify - ref[40:56]).norm() < 0.05 * ref[40:56].norm()

@@ -14,8 +14,10 @@ from completion.context import MAX_DOCUMENT_CHARS
 from engine.settings import DEVICES, DTYPES, MAX_DRAFT_LENGTH
 from lsp.cli import parse_location, parse_tcp
 from lsp.positions import split_lines, to_client, to_codepoints
-from lsp.settings import (FIELDS, FIM_TEMPLATES, Settings, SettingsError, markdown_table,
-                          parse_assignment, parse_settings, schema, unknown_keys)
+from lsp.settings import (FIELDS, FIM_TEMPLATES, Settings, SettingsError, closest_setting,
+                          document_too_large, markdown_table, parse_assignment, parse_settings,
+                          parse_settings_leniently,
+                          schema, unknown_keys, unknown_setting)
 
 
 def test_defaults_name_the_builtin_pair_and_keep_remote_code_off():
@@ -39,6 +41,65 @@ def test_missing_keys_keep_previous_and_null_resets_to_default():
     s = parse_settings({"maxNewTokens": None}, prev)
     assert s.maxNewTokens == Settings().maxNewTokens and s.debounceMs == 5
     assert parse_settings(None, prev) is prev
+
+
+def test_the_settings_table_loads_no_torch_and_reads_the_engines_own_limits():
+    probe = ("import sys, lsp.settings, lsp.cli, lsp.server; "
+             "print(sorted(m for m in ('torch', 'transformers', 'engine') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    # lsp/engine_limits.py reads the engine's source: the same values the engine imports
+    import engine.remote
+    import engine.settings
+    from lsp import engine_limits
+    for name in ("MAX_DRAFT_LENGTH", "DEVICES", "DEVICE_PATTERN", "DTYPES", "QUANTIZE"):
+        assert getattr(engine_limits, name) == getattr(engine.settings, name), name
+    assert engine_limits.BACKENDS == engine.remote.BACKENDS
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("maxNewToken", "maxNewTokens"), ("draftLenght", "draftLength"), ("Temperature", "temperature"),
+    ("specfill.maxLines", "maxLines"), ("enabled", "enable"), ("tempreature", "temperature"),
+    ("xyzzy", None),
+])
+def test_an_unknown_setting_is_named_with_the_closest_known_one(typed, meant):
+    line = unknown_setting(typed)
+    assert line.startswith(f"unknown setting {typed!r} (")
+    if meant:
+        assert closest_setting(typed) == meant and f"did you mean {meant}?" in line
+    else:
+        assert closest_setting(typed) is None and "known: enable, " in line
+        # an editor's notice stays one line: it says where the list is instead
+        short = unknown_setting(typed, list_known=False)
+        assert "lsp.settings --markdown" in short and len(short) < 100
+    # the command line says the same (parse_assignment is what --set runs)
+    with pytest.raises(SettingsError) as err:
+        parse_assignment(f"{typed}=1")
+    assert str(err.value) == line
+
+
+def test_names_are_derived_from_the_table():
+    # Whatever the table holds: every field is known, and a field's own name is never unknown.
+    for name in FIELDS:
+        assert closest_setting(name) == name
+        assert unknown_keys({name: None}) == []
+
+
+def test_a_document_is_too_large_past_max_document_chars():
+    assert document_too_large(2000, 2000) is None
+    why = document_too_large(2001, 2000)
+    assert why.startswith("2001 characters, over maxDocumentChars (2000)")
+
+
+def test_an_editors_section_keeps_its_valid_values_when_one_is_invalid():
+    prev = parse_settings({"maxNewTokens": 9}, Settings())
+    s, errors = parse_settings_leniently({"targetModel": "/models/x", "temperature": 5, "maxNewTokens": None}, prev)
+    assert (s.targetModel, s.temperature, s.maxNewTokens) == ("/models/x", 0.0, Settings().maxNewTokens)
+    assert [e.name for e in errors] == ["temperature"]
+    same, errors = parse_settings_leniently(["not", "an", "object"], prev)
+    assert same is prev and len(errors) == 1
 
 
 def test_unknown_keys_are_ignored_but_reported():

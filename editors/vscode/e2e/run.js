@@ -14,6 +14,13 @@
 // draws, presses Alt+] (editor.action.inlineSuggest.showNext: VS Code asks again explicitly, the
 // extension asks specfill/alternatives) and reads the next suggestion, presses Alt+[
 // (showPrevious) and reads the one it comes back to, then Tab, saves and reads the file back.
+// Scenario `restart`: reads the suggestion after the keystroke, kills the server (SIGKILL) between
+// requests, waits until the status bar is ready again and types again for a new suggestion; then
+// kills it again while a request waits on the server (specfill.debounceMs holds it there) and
+// does the same. Every notification shown on the way is recorded.
+// Scenario `why`: asks for a suggestion where the answer is empty (Trigger Inline Suggestion at
+// the end of line E2E_LINE), reads what "specfill: Show Stats" says of the run, then opens each
+// of E2E_OTHER_FILES (comma-separated) and reads the status bar.
 // Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
 //
 // Environment: E2E_SCENARIO, E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the
@@ -367,6 +374,160 @@ async function complete(page) {
   await page.screenshot({ path: path.join(out, '4-stats.png') });
 }
 
+// Every notification VS Code shows (toasts), recorded in the page as it appears.
+async function recordNotifications(page) {
+  await page.evaluate(() => {
+    window.__notifications = [];
+    const seen = new Set();
+    const look = () => {
+      for (const el of document.querySelectorAll('.notification-list-item-message')) {
+        const text = (el.textContent || '').trim();
+        if (text && !seen.has(text)) {
+          seen.add(text);
+          window.__notifications.push({ t: Date.now(), text });
+        }
+      }
+    };
+    new MutationObserver(look).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+}
+
+async function notifications(page) {
+  return page.evaluate(() => window.__notifications || []);
+}
+
+// The specfill server this code-server started: a process below it running `-m lsp` (or `serve`).
+function serverPid(root) {
+  const parent = new Map();
+  const commands = new Map();
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      parent.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      commands.set(Number(name), fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0'));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const below = (pid) => {
+    for (let p = parent.get(pid); p; p = parent.get(p)) {
+      if (p === root) return true;
+    }
+    return false;
+  };
+  const found = [...commands].filter(([pid, argv]) => below(pid) && argv.includes('-m') && argv.includes('lsp'));
+  return found.length === 1 ? found[0][0] : null;
+}
+
+async function killServer(page, codeServerPid, what) {
+  const pid = await waitFor('the specfill server process', () => serverPid(codeServerPid), 60000, 200);
+  process.kill(pid, 'SIGKILL');
+  step(`killed ${what}`, { pid });
+  // The status bar says it starts again, then it is ready (the models loaded) again.
+  const restarting = await waitFor('restarting in the status bar', async () => {
+    const s = await statusBarText(page);
+    return s && /restarting/.test(s.label) ? s : null;
+  }, 30000, 100);
+  await waitFor('a new server process', () => {
+    const now = serverPid(codeServerPid);
+    return now && now !== pid;
+  }, 60000, 200);
+  const ready = await waitFor('ready again', async () => {
+    const s = await statusBarText(page);
+    return s && s.icons.includes('codicon-check') ? s : null;
+  }, 300000, 300);
+  step(`ready after ${what}`, { restarting: restarting.label, ready: ready.label });
+  return { pid, restarting, ready };
+}
+
+// A new keystroke at the end of the file: what the new server suggests.
+async function typeForSuggestion(page, key) {
+  await page.click(EDITOR);
+  await page.keyboard.down('Control');
+  await page.keyboard.press('End');
+  await page.keyboard.up('Control');
+  await page.keyboard.type(key);
+  return settledGhost(page, 'ghost text', (g) => g.trim() !== '');
+}
+
+async function restart(page, codeServerPid) {
+  result.first = await settledGhost(page, 'ghost text', (g) => g.trim() !== '');
+  step('first', { suggestion: result.first });
+  // 1. Between requests.
+  result.between = await killServer(page, codeServerPid, 'between requests');
+  await page.screenshot({ path: path.join(out, '2-restarted.png') });
+  result.afterBetween = await typeForSuggestion(page, '\n');
+  step('suggestion again', { suggestion: result.afterBetween });
+  // 2. While a request waits on the server (its debounceMs).
+  await page.keyboard.press('Escape');
+  await page.keyboard.type('\n');
+  await new Promise((r) => setTimeout(r, 800));
+  result.during = await killServer(page, codeServerPid, 'during a request');
+  await page.screenshot({ path: path.join(out, '3-restarted-again.png') });
+  result.afterDuring = await typeForSuggestion(page, '\n');
+  step('suggestion again', { suggestion: result.afterDuring });
+  await page.screenshot({ path: path.join(out, '4-suggestion.png') });
+  result.notifications = await notifications(page);
+  result.statusAfter = await statusBarText(page);
+}
+
+// The lines of the open editor that contain `needle`, found with the editor's own search (the
+// editor only draws the lines in view).
+async function findLines(page, needle) {
+  await page.click(EDITOR);
+  await page.keyboard.down('Control');
+  await page.keyboard.press('KeyF');
+  await page.keyboard.up('Control');
+  await page.keyboard.down('Control');
+  await page.keyboard.press('KeyA');
+  await page.keyboard.up('Control');
+  await page.keyboard.type(needle, { delay: 20 });
+  await page.keyboard.press('Enter');
+  await page.keyboard.press('Escape');
+  await new Promise((r) => setTimeout(r, 500));
+  return (await editorText(page)).split('\n').filter((l) => l.includes(needle));
+}
+
+async function openFromExplorer(page, name) {
+  const row = await page.waitForSelector(`.explorer-folders-view .monaco-list-row[aria-label*="${name}"]`, { timeout: 60000 });
+  await row.click();
+  await waitFor(`${name} open`, async () => (await page.evaluate(() => document.title)).includes(name), 30000, 200);
+}
+
+async function why(page) {
+  // The cursor at the end of line E2E_LINE (1-based), then an explicit request there.
+  await page.keyboard.down('Control');
+  await page.keyboard.press('Home');
+  await page.keyboard.up('Control');
+  for (let i = 1; i < Number(env.E2E_LINE); i++) await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('End');
+  await runCommand(page, 'Trigger Inline Suggestion');
+  await new Promise((r) => setTimeout(r, 4000));
+  result.ghostAtLine = await ghostSuggestion(page);
+  step('asked', { ghost: result.ghostAtLine });
+  await runCommand(page, 'specfill: Show Stats');
+  await waitFor('stats document', async () => (await editorText(page)).includes('"server"'), 30000, 300);
+  result.statsCutBy = await findLines(page, '"cut_by"');
+  result.statsEmptyReason = await findLines(page, '"empty_reason"');
+  result.statsSuggestions = await findLines(page, '"suggestions"');
+  step('stats', { cutBy: result.statsCutBy, emptyReason: result.statsEmptyReason });
+  await page.screenshot({ path: path.join(out, '2-stats.png') });
+  result.others = {};
+  let before = (await statusBarText(page)).label;
+  for (const name of (env.E2E_OTHER_FILES || '').split(',').filter(Boolean)) {
+    await openFromExplorer(page, name);
+    const shown = await waitFor(`the status bar for ${name}`, async () => {
+      const s = await statusBarText(page);
+      return s && s.icons.includes('codicon-circle-slash') && s.label !== before ? s : null;
+    }, 60000, 300);
+    before = shown.label;
+    result.others[name] = shown;
+    step(`status for ${name}`, shown);
+    await page.screenshot({ path: path.join(out, `3-${name}.png`) });
+  }
+}
+
 async function main() {
   const userData = path.join(out, 'user-data');
   const extensions = path.join(out, 'extensions');
@@ -421,6 +582,7 @@ async function main() {
     }
     await installGhostReader(page);
     await recordGhostRenders(page);
+    await recordNotifications(page);
 
     // Open the file from the Explorer.
     const row = await page.waitForSelector(`.explorer-folders-view .monaco-list-row[aria-label*="${env.E2E_FILE}"]`, { timeout: 60000 });
@@ -450,7 +612,7 @@ async function main() {
     await page.keyboard.up('Control');
     await page.keyboard.type(env.E2E_TYPE);
     step('typed');
-    const scenarios = { manual, selected, cycle };
+    const scenarios = { manual, selected, cycle, why, restart: (p) => restart(p, server.pid) };
     await (scenarios[env.E2E_SCENARIO] || complete)(page);
     result.ok = true;
   } catch (err) {

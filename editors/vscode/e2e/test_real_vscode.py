@@ -76,12 +76,14 @@ def folder_on_failure(out: Path):
 
 
 def drive(vsix: Path, tmp_path: Path, scenario: str, settings: dict, text: str = "",
-          **env_extra: str) -> tuple[dict, Path]:
-    """Runs run.js for one scenario on example.py holding `text`; returns what it saw and its
-    output folder."""
+          files: dict[str, str] | None = None, **env_extra: str) -> tuple[dict, Path]:
+    """Runs run.js for one scenario on example.py holding `text` (and `files` beside it);
+    returns what it saw and its output folder."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "example.py").write_text(text)
+    for name, content in (files or {}).items():
+        (workspace / name).write_text(content)
     out = tmp_path / "out"
     out.mkdir()
     # Also in the captured output, which pytest shows for a failed or timed-out test.
@@ -223,9 +225,9 @@ MENU_FILE_TEXT = "def add(alpha, beta):\n    return a"
 MENU_TYPED = "l"
 
 
-def pipeline_answer(settings: dict, uri: str, text: str) -> str:
+def pipeline_answer(settings: dict, uri: str, text: str, at: tuple[int, int] | None = None) -> str:
     """What the completion pipeline (in this process, the server's models and settings) answers
-    at the end of `text` in the file at `uri`."""
+    at `at` (0-based line and character; default: the end of `text`) in the file at `uri`."""
     import threading
 
     from lsp.backend import completion_options, completion_request, load_backend
@@ -234,8 +236,9 @@ def pipeline_answer(settings: dict, uri: str, text: str) -> str:
     server = parse_settings({k.removeprefix("specfill."): v for k, v in settings.items()
                              if k.startswith("specfill.") and not k.startswith("specfill.server.")}, Settings())
     lines = text.split("\n")
+    line, character = at if at is not None else (len(lines) - 1, len(lines[-1]))
     found = load_backend(server).pipeline.complete(
-        completion_request(uri, text, len(lines) - 1, len(lines[-1])),
+        completion_request(uri, text, line, character),
         completion_options(server), cancel=threading.Event())
     return found.text if found is not None else ""
 
@@ -325,3 +328,54 @@ def test_a_server_that_cannot_start_says_so_in_the_status_bar_and_shows_its_log(
         # The click opened the output channel with the server's own complaint and the exit.
         assert "bogus" in seen["log"], seen["log"]
         assert f"server exited (code {code.group(1)})" in seen["log"], seen["log"]
+
+
+def test_a_killed_server_is_started_again_with_one_notice_each_time(vsix, tmp_path):
+    settings = {
+        **tiny_pair_settings(),
+        # A request waits this long on the server before decoding: the second kill lands in one.
+        "specfill.debounceMs": 3000,
+        "specfill.draftLength": "3",
+    }
+    seen, out = drive(vsix, tmp_path, "restart", settings, text=FILE_TEXT, E2E_TYPE=TYPED)
+    with folder_on_failure(out):
+        assert seen["first"].strip() and seen["afterBetween"].strip() and seen["afterDuring"].strip(), seen
+        for kill, attempt, delay in (("between", 1, 1), ("during", 2, 2)):
+            assert "specfill: restarting" in seen[kill]["restarting"]["label"], seen[kill]
+            assert "codicon-check" in seen[kill]["ready"]["icons"], seen[kill]
+        texts = [n["text"] for n in seen["notifications"]]
+        exits = [t for t in texts if "server exited" in t]
+        assert exits == [
+            "specfill: the server exited (signal SIGKILL); starting it again in 1 s (1 of 3)",
+            "specfill: the server exited (signal SIGKILL); starting it again in 2 s (2 of 3)",
+        ], texts
+        # nothing else popped up: no "Connection to server got closed", no failed request
+        assert texts == exits, texts
+        log = output_channel_lines(out)
+        assert any("server exited (signal SIGKILL)" in line for line in log), log[-40:]
+        assert "codicon-check" in seen["statusAfter"]["icons"], seen["statusAfter"]
+
+
+WALK = "import os\n\n\ndef walk(root):\n"
+
+
+def test_the_status_bar_and_stats_say_why_nothing_is_shown(vsix, tmp_path):
+    settings = {
+        **tiny_pair_settings(),
+        "specfill.multiline": "never",   # at the end of the def line the tiny pair's first line is empty
+        "specfill.maxDocumentChars": 1000,
+        "[markdown]": {"specfill.enable": False},
+    }
+    uri = (tmp_path / "ws" / "example.py").as_uri()
+    assert pipeline_answer(settings, uri, WALK, at=(3, len("def walk(root):"))) == ""
+    seen, out = drive(vsix, tmp_path, "why", settings, text=WALK, E2E_TYPE="", E2E_LINE="4",
+                      files={"big.py": "x = 1\n" * 300, "notes.md": "# notes\n"},
+                      E2E_OTHER_FILES="big.py,notes.md")
+    with folder_on_failure(out):
+        assert seen["ghostAtLine"].strip() == "", seen
+        # "specfill: Show Stats" shows the run of the empty answer: what cut it, and why empty
+        assert any('"cut_by": "newline"' in line for line in seen["statsCutBy"]), seen["statsCutBy"]
+        assert any("before any text" in line for line in seen["statsEmptyReason"]), seen["statsEmptyReason"]
+        big, notes = seen["others"]["big.py"], seen["others"]["notes.md"]
+        assert "specfill: file too large" in big["label"], big
+        assert "specfill: off for markdown" in notes["label"], notes

@@ -6,7 +6,8 @@ import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import {
   CloseAction,
-  ErrorHandler,
+  CloseHandlerResult,
+  ErrorAction,
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
@@ -26,8 +27,20 @@ import {
   serverSettingSpecs,
   toServerSettings,
 } from './settings';
-import { SERVER_COMMANDS } from './serverCommands';
-import { SHOW_LOG, SHOW_STATS, STATUS_NOTIFICATION, StatusState, initialStatus, statusText, targetFromStatus } from './status';
+import { SERVER_COMMANDS, SERVER_METHODS } from './serverCommands';
+import {
+  DOCUMENT_STATUS_NOTIFICATION,
+  Refused,
+  SHOW_LOG,
+  SHOW_STATS,
+  STATUS_NOTIFICATION,
+  StatusState,
+  initialStatus,
+  refusedFromStatus,
+  statusText,
+  targetFromStatus,
+} from './status';
+import { Exit, RestartPolicy, describeExit, exitNotice } from './restart';
 import { SETTLE_MS, ShownCounter, suggestionIdentity } from './shown';
 import { LogLevel, StderrLevels } from './serverLog';
 import { ACCEPTED, acceptCommand, onAccepted } from './accept';
@@ -55,8 +68,22 @@ const visits = new Visits((method, params) => {
     client.sendNotification(method, params).catch(() => {});
   }
 });
-const ALTERNATIVES = 'specfill/alternatives';
+const ALTERNATIVES = SERVER_METHODS.alternatives;
 const TOGGLE = 'specfill.toggle';
+const RESTART = 'specfill.restartServer';
+// Starting the server again after it exits unexpectedly (restart.ts), and the start pending.
+const restarts = new RestartPolicy();
+let restartTimer: NodeJS.Timeout | undefined;
+// Documents the server gives no answers, and why (its specfill/documentStatus), by URI.
+const refusedDocuments = new Map<string, Refused>();
+
+/** What the server process of a client did: the process, its exit once it has ended, and
+ *  whether the client got it running. */
+interface ServerProcess {
+  current?: ChildProcess;
+  exit?: Promise<Exit>;
+  running?: boolean;
+}
 
 function config(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration('specfill');
@@ -75,7 +102,13 @@ function enabledFor(document?: vscode.TextDocument): boolean {
   return vscode.workspace.getConfiguration('specfill', doc).get('enable') !== false;
 }
 
-/** The status bar toggle and the main item's disabled state follow the active editor. */
+/** The URI a document has on the wire (as the server names it back). */
+function wireUri(document: vscode.TextDocument): string {
+  return client ? client.code2ProtocolConverter.asUri(document.uri) : document.uri.toString();
+}
+
+/** The status bar toggle and the main item's disabled state follow the active editor, and so
+ *  does why the server gives it no answers. */
 function renderToggle(): void {
   const doc = vscode.window.activeTextEditor?.document;
   const enabled = enabledFor(doc);
@@ -83,11 +116,26 @@ function renderToggle(): void {
   toggleItem.text = text;
   toggleItem.tooltip = tooltip;
   toggleItem.accessibilityInformation = { label: tooltip };
+  const why = { refused: doc ? refusedDocuments.get(wireUri(doc)) : undefined, disabledFor: enabled ? undefined : doc?.languageId };
   if (!enabled && (status.phase === 'ready' || status.phase === 'starting')) {
-    setStatus({ phase: 'disabled' });
+    setStatus({ phase: 'disabled', ...why });
   } else if (enabled && status.phase === 'disabled') {
-    setStatus({ phase: client?.isRunning() ? 'ready' : 'starting' });
+    setStatus({ phase: client?.isRunning() ? 'ready' : 'starting', ...why });
+  } else {
+    setStatus(why);
   }
+}
+
+/** Why the active document gets no suggestions, for "specfill: Show Stats" (undefined: it does). */
+function whyNothingHere(): string | undefined {
+  const doc = vscode.window.activeTextEditor?.document;
+  if (!doc) {
+    return undefined;
+  }
+  if (!enabledFor(doc)) {
+    return `specfill.enable is off for ${doc.languageId}`;
+  }
+  return refusedDocuments.get(wireUri(doc))?.reason;
 }
 
 /** specfill.toggle: flips specfill.enable where it is set for the active editor (its
@@ -161,13 +209,14 @@ function pipeStderr(input: NodeJS.ReadableStream, channel: vscode.OutputChannel)
 
 /** Starts the server process ourselves (not through vscode-languageclient's Executable), so its
  *  exit code reaches the status bar. Resolves once the process has spawned. */
-function startServer(c: () => LanguageClient | undefined, processes: { current?: ChildProcess }): ServerOptions {
+function startServer(c: () => LanguageClient | undefined, processes: ServerProcess): ServerOptions {
   return () =>
     new Promise<ChildProcess>((resolve, reject) => {
       const { command, args } = serverCommand(config());
       output.info(`starting the server: ${[command, ...args].join(' ')}`);
       const proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
       processes.current = proc;
+      processes.exit = new Promise((done) => proc.once('exit', (code, signal) => done({ code, signal })));
       proc.once('error', (err) => {
         output.error(`could not start "${command}": ${err.message}; set specfill.server.command`);
         reject(new Error(`could not start "${command}" (${(err as NodeJS.ErrnoException).code ?? err.message})`));
@@ -177,7 +226,8 @@ function startServer(c: () => LanguageClient | undefined, processes: { current?:
         const how = code !== null ? `code ${code}` : `signal ${signal}`;
         const normal = code === 0 || (c() === undefined && signal !== null);
         output[normal ? 'info' : 'error'](`server exited (${how})`);
-        if (!normal && c() !== undefined && processes.current === proc) {
+        // (One that got running: what happens next is afterUnexpectedExit's.)
+        if (!normal && c() !== undefined && processes.current === proc && !processes.running) {
           setStatus({ phase: 'error', message: `server exited (${how})` });
         }
       });
@@ -221,21 +271,49 @@ async function askAlternatives(
   }
 }
 
+/** The server of client `c` exited while it ran (killed, crashed): one notice, and a new
+ *  server after the back-off (restart.ts), or none after too many exits in a row. */
+async function afterUnexpectedExit(c: LanguageClient, processes: ServerProcess): Promise<CloseHandlerResult> {
+  const exit = await Promise.race([processes.exit, new Promise<undefined>((done) => setTimeout(() => done(undefined), 2000))]);
+  const decision = restarts.exited(Date.now());
+  const notice = exitNotice(exit, decision);
+  if (c === client) {
+    if (decision.restart) {
+      setStatus({ phase: 'restarting', message: notice, refused: undefined });
+      void vscode.window.showWarningMessage(notice);
+      restartTimer = setTimeout(() => {
+        restartTimer = undefined;
+        if (client === c) {
+          void startAgain();
+        }
+      }, decision.delayMs);
+    } else {
+      setStatus({ phase: 'error', message: `server exited (${describeExit(exit)}), not restarted` });
+      void vscode.window.showErrorMessage(notice, 'Restart Server').then((pick) => {
+        if (pick) {
+          void vscode.commands.executeCommand(RESTART);
+        }
+      });
+    }
+  }
+  // Handled: vscode-languageclient adds no pop-up of its own (the message goes to the log).
+  return { action: CloseAction.DoNotRestart, handled: true, message: notice };
+}
+
 function createClient(): LanguageClient {
-  const processes: { current?: ChildProcess } = {};
+  const processes: ServerProcess = {};
   let wasRunning = false;
-  let fallback: ErrorHandler | undefined;
   const clientOptions: LanguageClientOptions = {
     // A server that never got running is not restarted 5 times with a pop-up each: the status
-    // bar says it exited and a click shows the log. One that crashes later is restarted.
+    // bar says it exited and a click shows the log. One that exits later is started again.
     initializationFailedHandler: (err) => {
       output.error(`server initialization failed: ${err instanceof Error ? err.message : String(err)}`);
       return false;
     },
     errorHandler: {
-      error: (err, message, count) => (fallback ??= c.createDefaultErrorHandler()).error(err, message, count),
-      closed: () =>
-        wasRunning ? (fallback ??= c.createDefaultErrorHandler()).closed() : { action: CloseAction.DoNotRestart, handled: true },
+      // Writes to a server that is gone fail: the close that follows decides what happens.
+      error: () => ({ action: ErrorAction.Continue, handled: true }),
+      closed: () => (wasRunning ? afterUnexpectedExit(c, processes) : { action: CloseAction.DoNotRestart, handled: true }),
     },
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     outputChannel: output,
@@ -327,16 +405,31 @@ function createClient(): LanguageClient {
       setStatus({ target: targetFromStatus(params) }); // a remote target failing, or fine again
     }
   });
+  c.onNotification(DOCUMENT_STATUS_NOTIFICATION, (params: unknown) => {
+    const found = refusedFromStatus(params); // a document without answers (too large), or back
+    if (c !== client || !found) {
+      return;
+    }
+    if (found.refused) {
+      refusedDocuments.set(found.uri, found.refused);
+      output.warn(`no suggestions for ${found.uri}: ${found.refused.reason}`);
+    } else {
+      refusedDocuments.delete(found.uri);
+    }
+    renderToggle();
+  });
   c.onDidChangeState((e) => {
     if (c !== client) {
       return; // a client being replaced by a restart
     }
     if (e.newState === State.Running) {
       wasRunning = true;
+      processes.running = true;
+      restarts.started(Date.now());
     }
     if (e.newState === State.Stopped) {
-      // An exit with an error code already put it in the status bar; keep that.
-      if (status.phase !== 'error') {
+      // An exit with an error code, or a start again on its way, is in the status bar already.
+      if (status.phase !== 'error' && status.phase !== 'restarting') {
         setStatus({ phase: 'stopped' });
       }
     } else if (e.newState === State.Starting) {
@@ -362,7 +455,7 @@ async function startClient(): Promise<void> {
   }
 }
 
-const serverProcesses = new WeakMap<LanguageClient, { current?: ChildProcess }>();
+const serverProcesses = new WeakMap<LanguageClient, ServerProcess>();
 
 async function stopClient(): Promise<void> {
   const c = client;
@@ -383,11 +476,24 @@ async function stopClient(): Promise<void> {
   }
 }
 
-async function restartServer(): Promise<void> {
+/** A new server for the documents open now, with the settings in force now. */
+async function startAgain(): Promise<void> {
   await stopClient();
   status = initialStatus();
   shownCounter = new ShownCounter();
+  refusedDocuments.clear();
   await startClient();
+  renderToggle();
+}
+
+/** "specfill: Restart Server": start again now, and count unexpected exits from zero. */
+async function restartServer(): Promise<void> {
+  if (restartTimer !== undefined) {
+    clearTimeout(restartTimer);
+    restartTimer = undefined;
+  }
+  restarts.reset();
+  await startAgain();
 }
 
 async function executeServerCommand(command: string): Promise<unknown> {
@@ -400,8 +506,25 @@ async function executeServerCommand(command: string): Promise<unknown> {
 async function showStats(): Promise<void> {
   try {
     const stats = await executeServerCommand(SERVER_COMMANDS.stats);
+    // The latest model run's figures: also those of an answer that showed nothing.
+    const lastCompletion = await executeServerCommand(SERVER_COMMANDS.lastCompletion);
+    const activeDocument = vscode.window.activeTextEditor?.document;
+    const why = whyNothingHere();
     const content = JSON.stringify(
-      { server: stats, client: { lastLatencyMs: status.lastLatencyMs, shown: status.shown, accepted: status.accepted } },
+      {
+        server: stats,
+        lastCompletion,
+        client: {
+          lastLatencyMs: status.lastLatencyMs,
+          shown: status.shown,
+          accepted: status.accepted,
+          activeDocument: activeDocument && {
+            uri: wireUri(activeDocument),
+            languageId: activeDocument.languageId,
+            suggestions: why ? `off: ${why}` : 'on',
+          },
+        },
+      },
       null,
       2,
     );
@@ -430,7 +553,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     statusItem,
     vscode.commands.registerCommand(SHOW_STATS, showStats),
     vscode.commands.registerCommand(SHOW_LOG, () => output.show(true)),
-    vscode.commands.registerCommand('specfill.restartServer', restartServer),
+    vscode.commands.registerCommand(RESTART, restartServer),
     vscode.commands.registerCommand('specfill.reloadModels', async () => {
       try {
         await executeServerCommand(SERVER_COMMANDS.reload);
@@ -479,6 +602,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       }
     }),
     { dispose: () => void stopClient() },
+    { dispose: () => restartTimer !== undefined && clearTimeout(restartTimer) },
   );
   // Not awaited: activation finishes at once while the server starts (and loads its models).
   void startClient();

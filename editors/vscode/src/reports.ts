@@ -20,9 +20,11 @@
 //   the extension stopping.
 // Plain data in and out; `send` does the talking (unit-tested without VS Code).
 
-export const SHOWN = 'specfill/shown';
-export const ACCEPTED_PART = 'specfill/accepted';
-export const DISMISSED = 'specfill/dismissed';
+import { SERVER_METHODS } from './serverCommands';
+
+export const SHOWN = SERVER_METHODS.shown;
+export const ACCEPTED_PART = SERVER_METHODS.accepted;
+export const DISMISSED = SERVER_METHODS.dismissed;
 
 export type Send = (method: string, params: Record<string, unknown>) => void;
 

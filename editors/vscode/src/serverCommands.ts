@@ -6,3 +6,15 @@ export const SERVER_COMMANDS = {
   reload: "specfill.reload",
   accepted: "specfill.accepted",
 } as const;
+
+// The specfill/* methods of the server's own requests and notifications (both ways).
+export const SERVER_METHODS = {
+  alternatives: "specfill/alternatives",
+  shown: "specfill/shown",
+  accepted: "specfill/accepted",
+  dismissed: "specfill/dismissed",
+  yanked: "specfill/yanked",
+  visited: "specfill/visited",
+  status: "specfill/status",
+  documentStatus: "specfill/documentStatus",
+} as const;

@@ -1,6 +1,13 @@
 // What the status bar item says. Plain data in, text out (unit-tested without VS Code).
+import { SERVER_METHODS } from './serverCommands';
 
-export type Phase = 'starting' | 'loading' | 'ready' | 'disabled' | 'error' | 'stopped';
+export type Phase = 'starting' | 'loading' | 'ready' | 'disabled' | 'error' | 'stopped' | 'restarting';
+
+/** Why the server gives the active document no answers (its specfill/documentStatus). */
+export interface Refused {
+  kind: string; // too_large
+  reason: string; // the server's one line
+}
 
 /** A remote target that fails, from the server's `specfill/status` notification. */
 export interface TargetError {
@@ -12,6 +19,8 @@ export interface TargetError {
 export interface StatusState {
   phase: Phase;
   target?: TargetError; // set while the remote target fails; cleared when it answers again
+  refused?: Refused; // the active document gets no answers, and why
+  disabledFor?: string; // the active document's language, when specfill.enable is off for it
   percentage?: number; // model loading progress, 0..100
   message?: string; // progress message or error
   lastLatencyMs?: number; // round trip of the last answered inline completion request
@@ -23,7 +32,25 @@ export function initialStatus(): StatusState {
   return { phase: 'starting', shown: 0, accepted: 0 };
 }
 
-export const STATUS_NOTIFICATION = 'specfill/status';
+export const STATUS_NOTIFICATION = SERVER_METHODS.status;
+export const DOCUMENT_STATUS_NOTIFICATION = SERVER_METHODS.documentStatus;
+
+/** A specfill/documentStatus ({textDocument: {uri}, state: ok|refused, kind, reason}): the
+ *  document's uri and why it gets no answers (undefined: it does). */
+export function refusedFromStatus(params: unknown): { uri: string; refused?: Refused } | undefined {
+  const p = (params ?? {}) as Record<string, any>;
+  const uri = p.textDocument?.uri;
+  if (typeof uri !== 'string') {
+    return undefined;
+  }
+  if (p.state !== 'refused') {
+    return { uri };
+  }
+  const str = (v: unknown) => (typeof v === 'string' ? v : '');
+  return { uri, refused: { kind: str(p.kind), reason: str(p.reason) } };
+}
+
+const REFUSED_WORDS: Record<string, string> = { too_large: 'file too large' };
 
 /** The `specfill/status` params ({backend, url, state: ok|error, kind, message}) as the state's
  *  `target`: an error to show, or undefined when the target is fine. */
@@ -46,7 +73,7 @@ export const SHOW_STATS = 'specfill.showStats';
 export const SHOW_LOG = 'specfill.showLog';
 
 export function statusText(s: StatusState): { text: string; tooltip: string; command: string } {
-  const toLog = s.phase === 'error' || s.phase === 'stopped' || (s.phase === 'ready' && s.target !== undefined);
+  const toLog = s.phase === 'error' || s.phase === 'stopped' || s.phase === 'restarting' || (s.phase === 'ready' && s.target !== undefined);
   return { ...statusLabel(s), command: toLog ? SHOW_LOG : SHOW_STATS };
 }
 
@@ -61,8 +88,18 @@ function statusLabel(s: StatusState): { text: string; tooltip: string } {
         tooltip: `specfill: loading models${s.message ? ` (${s.message})` : ''}`,
       };
     }
-    case 'disabled':
-      return { text: '$(circle-slash) specfill', tooltip: 'specfill: disabled (specfill.enable is off)' };
+    case 'disabled': {
+      const where = s.disabledFor ? ` for ${s.disabledFor}` : '';
+      return {
+        text: `$(circle-slash) specfill: off${where}`,
+        tooltip: `specfill: no suggestions${where}: specfill.enable is off${s.disabledFor ? ` for ${s.disabledFor} ("[${s.disabledFor}]")` : ''}`,
+      };
+    }
+    case 'restarting':
+      return {
+        text: '$(sync~spin) specfill: restarting',
+        tooltip: `${s.message ?? 'specfill: the server exited; starting it again'}. Click to see the log`,
+      };
     case 'error':
       return {
         text: `$(error) specfill error: ${s.message ?? 'unknown'}`,
@@ -71,6 +108,12 @@ function statusLabel(s: StatusState): { text: string; tooltip: string } {
     case 'stopped':
       return { text: '$(debug-stop) specfill', tooltip: 'specfill: server stopped. Click to see the log; run "specfill: Restart Server" to start it' };
     case 'ready': {
+      if (s.refused) {
+        return {
+          text: `$(circle-slash) specfill: ${REFUSED_WORDS[s.refused.kind] ?? 'no suggestions here'}`,
+          tooltip: `specfill: no suggestions for this file: ${s.refused.reason}`,
+        };
+      }
       if (s.target) {
         const what = s.target.kind ? s.target.kind.replace(/_/g, ' ') : 'failing';
         return {

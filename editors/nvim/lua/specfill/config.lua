@@ -1,5 +1,6 @@
 -- Every option of the specfill Neovim plugin, with its default, in one place.
--- Pass any subset to require('specfill').setup({...}); unknown keys are an error.
+-- Pass any subset to require('specfill').setup({...}). An unknown key or a value of the wrong type
+-- is one error line (naming the option, and the known one it is closest to); the rest applies.
 local M = {}
 
 M.defaults = {
@@ -59,8 +60,17 @@ M.defaults = {
   --       Where the models run (`auto`: CUDA, else MPS, else CPU; `cuda:N` picks one GPU). Allowed:
   --       `auto`, `cpu`, `cuda`, `mps`, `cuda:N`.
   --   dtype = "auto"
-  --       Weight precision (`auto`: float32 on CPU, bfloat16 or float16 on GPUs). Allowed: `auto`,
-  --       `float32`, `bfloat16`, `float16`.
+  --       Precision the local models compute in. `auto`: on a GPU bfloat16 (else float16); on a CPU
+  --       a checkpoint's own 16-bit precision for a real-sized model where the CPU computes it
+  --       natively (`specfill --version` says which it does), else float32 (small models, float32
+  --       checkpoints). The server's log says what it chose and why. Allowed: `auto`, `float32`,
+  --       `bfloat16`, `float16`.
+  --   quantize = "none"
+  --       The local models' weights in fewer bits (CPU only): `int8` (half the memory of 16 bits,
+  --       faster decoding, and verifying several drafted tokens costs little more than one) or
+  --       `int4` (a quarter, the fastest decoding, but verifying several tokens costs several times
+  --       one); a small cost in quality (`python -m bench.quality`). The output is exactly that of
+  --       the quantized target alone. Allowed: `none`, `int8`, `int4`.
   --   cudaGraphs = false
   --       Run the local models' forward passes as replayed CUDA graphs (the lean forward at fixed
   --       shapes, each captured on its first call), which cuts the per-step launch overhead on a
@@ -209,21 +219,97 @@ M.defaults = {
 }
 
 -- Options whose default is nil, so that M.defaults has no key for them.
-local NIL_DEFAULTS = { filetypes = true }
+local NIL_DEFAULTS = { filetypes = 'table' }
+-- Types an option may have besides its default's.
+local ALSO = { cmd = { ['function'] = true }, max_line_suffix = { boolean = true } }
 
-local function check_keys(tbl, allowed, where)
-  for k in pairs(tbl) do
-    if allowed[k] == nil and not (where == '' and NIL_DEFAULTS[k]) then
-      error(('specfill: unknown option %s%s'):format(where, k), 3)
+--- Edit distance between two names (insertions, deletions, substitutions, swaps of neighbours).
+local function distance(a, b)
+  a, b = a:lower(), b:lower()
+  local d = {}
+  for i = 0, #a do
+    d[i] = { [0] = i }
+  end
+  for j = 0, #b do
+    d[0][j] = j
+  end
+  for i = 1, #a do
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      d[i][j] = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+      if i > 1 and j > 1 and a:sub(i, i) == b:sub(j - 1, j - 1) and a:sub(i - 1, i - 1) == b:sub(j, j) then
+        d[i][j] = math.min(d[i][j], d[i - 2][j - 2] + 1)
+      end
     end
   end
+  return d[#a][#b]
 end
 
---- Merge user options over the defaults, rejecting unknown keys (typos fail loudly).
+--- The known name `name` is most likely a misspelling of, or nil.
+function M.closest(name, known)
+  local best, best_d = nil, math.huge
+  for _, candidate in ipairs(known) do
+    local d = distance(name, candidate)
+    if d < best_d then
+      best, best_d = candidate, d
+    end
+  end
+  return best_d <= math.max(2, math.floor(#name / 3)) and best or nil
+end
+
+local function unknown(problems, where, key, allowed)
+  local known = vim.tbl_keys(allowed)
+  if where == '' then
+    vim.list_extend(known, vim.tbl_keys(NIL_DEFAULTS))
+  end
+  table.sort(known)
+  local close = M.closest(tostring(key), known)
+  table.insert(problems, ('unknown option %s%s%s'):format(where, tostring(key),
+    close and (' (did you mean %s%s?)'):format(where, close) or ''))
+end
+
+--- The user's options without the unknown ones and without values of the wrong type, each
+--- named in `problems`.
+local function checked(opts, allowed, where, problems)
+  local out = {}
+  for k, v in pairs(opts) do
+    local default = allowed[k]
+    local expected = default ~= nil and type(default) or (where == '' and NIL_DEFAULTS[k])
+    if not expected then
+      unknown(problems, where, k, allowed)
+    elseif type(v) ~= expected and not (ALSO[k] and ALSO[k][type(v)]) and not (where == 'keys.' and v == false) then
+      table.insert(problems, ('option %s%s must be a %s, not a %s'):format(where, k, expected, type(v)))
+    else
+      out[k] = v
+    end
+  end
+  return out
+end
+
+--- Merge user options over the defaults. Returns the options and a list of problems, one line
+--- each: an unknown option (with the known one it is closest to) or a bad value is left out,
+--- so the default stands for it and the rest of the user's config still runs.
 function M.resolve(opts)
-  opts = opts or {}
-  check_keys(opts, M.defaults, '')
-  check_keys(opts.keys or {}, M.defaults.keys, 'keys.')
+  local problems = {}
+  if type(opts) ~= 'table' then
+    if opts ~= nil then
+      table.insert(problems, ('setup() takes a table of options, not a %s'):format(type(opts)))
+    end
+    opts = {}
+  end
+  opts = checked(opts, M.defaults, '', problems)
+  if opts.keys then
+    opts.keys = checked(opts.keys, M.defaults.keys, 'keys.', problems)
+  end
+  local suffix = opts.max_line_suffix
+  if suffix ~= nil and suffix ~= false and (type(suffix) ~= 'number' or suffix < 0 or suffix ~= math.floor(suffix)) then
+    table.insert(problems, ('max_line_suffix must be a whole number >= 0 or false, not %s'):format(vim.inspect(suffix)))
+    opts.max_line_suffix = nil
+  end
+  if opts.renderer ~= nil and not vim.tbl_contains({ 'auto', 'builtin', 'specfill' }, opts.renderer) then
+    table.insert(problems, ("renderer must be 'auto', 'builtin' or 'specfill', not %s"):format(vim.inspect(opts.renderer)))
+    opts.renderer = nil
+  end
   local merged = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
   -- settings and cmd are values, not defaults to merge into: take the user's as is.
   if opts.settings then
@@ -232,14 +318,7 @@ function M.resolve(opts)
   if opts.cmd then
     merged.cmd = vim.deepcopy(opts.cmd)
   end
-  local suffix = merged.max_line_suffix
-  if suffix ~= false and (type(suffix) ~= 'number' or suffix < 0 or suffix ~= math.floor(suffix)) then
-    error('specfill: max_line_suffix must be a whole number >= 0 or false', 2)
-  end
-  if not vim.tbl_contains({ 'auto', 'builtin', 'specfill' }, merged.renderer) then
-    error("specfill: renderer must be 'auto', 'builtin' or 'specfill'", 2)
-  end
-  return merged
+  return merged, problems
 end
 
 return M

@@ -4,12 +4,13 @@
 -- (BufLeave, CursorHold -> specfill/visited). Edits need nothing here: the server sees them
 -- as didChange. Nothing leaves the machine.
 local api = vim.api
+local protocol = require('specfill.protocol')
 local server = require('specfill.server')
 local state = require('specfill.state')
 
 local M = {}
 
-M.YANKED, M.VISITED = 'specfill/yanked', 'specfill/visited'
+M.YANKED, M.VISITED = protocol.methods.yanked, protocol.methods.visited
 M.MAX_YANK_CHARS = 20000 -- a larger yank (a whole file) says little about where the user is
 
 local function notify(buf, method, params)

@@ -9,7 +9,7 @@ local suggestion = require('specfill.suggestion')
 
 local M = {}
 
-M.METHOD = 'specfill/alternatives'
+M.METHOD = require('specfill.protocol').methods.alternatives
 
 --- { buf, row, col, tick, client, items, index, offer (the one on screen) } or nil.
 M.current = nil

@@ -71,8 +71,10 @@ function M.check()
   if #clients > 0 then
     local line = status.line(require('specfill.state').enabled, true)
     health.ok(('server running (client %d, name %q): %s'):format(clients[1].id, opts.name, line))
-  elseif status.phase == 'exited' then
+  elseif status.phase == 'exited' or status.phase == 'gave_up' then
     health.error(status.line(true, false):gsub('^specfill: error: ', ''), { ':SpecfillLog shows what the server wrote' })
+  elseif status.phase == 'restarting' then
+    health.warn(status.line(true, false):gsub('^specfill: ', ''), { ':SpecfillLog shows what the server wrote' })
   else
     health.info('server not running (it starts when a file with a filetype opens)')
   end

@@ -10,6 +10,7 @@ local commands = require('specfill.commands')
 local config = require('specfill.config')
 local ghost = require('specfill.ghost')
 local highlight = require('specfill.highlight')
+local notice = require('specfill.notice')
 local renderers = require('specfill.renderer')
 local server = require('specfill.server')
 local state = require('specfill.state')
@@ -20,9 +21,19 @@ local M = {}
 -- The renderer setup() chose; until then the own one, which does nothing without options.
 local renderer = require('specfill.renderer.own')
 
+--- Set the plugin up. A mistake in the options (an unknown one, a bad value) is one error line
+--- that names it; the plugin is set up with the rest, and the caller's config goes on.
 function M.setup(user_opts)
-  local opts = config.resolve(user_opts)
-  renderer = renderers.choose(opts.renderer)
+  local opts, problems = config.resolve(user_opts)
+  local chosen, problem = renderers.choose(opts.renderer)
+  if problem then
+    table.insert(problems, problem)
+    opts.renderer = 'specfill'
+  end
+  if #problems > 0 then
+    notice.show('specfill: setup: ' .. table.concat(problems, '; '), vim.log.levels.ERROR)
+  end
+  renderer = chosen
   state.opts = opts
   server.register(opts)
   highlight.setup(autocmds.setup(renderer))
@@ -89,15 +100,37 @@ function M.toggle()
   vim.notify('specfill: ' .. (state.enabled and 'on' or 'off'))
 end
 
+--- Why buffer `buf` gets no suggestions, in a few words, or nil: the server refuses the
+--- document (too large), its filetype is not in `filetypes`, or the server's `enable` is off.
+function M.why_off(buf)
+  local opts = state.opts
+  local refused = status.refused_reason(vim.uri_from_bufnr(buf))
+  if refused then
+    return status.refused_words(refused)
+  end
+  local ft = vim.bo[buf].filetype
+  if opts.filetypes and ft ~= '' and vim.bo[buf].buftype == '' and not vim.tbl_contains(opts.filetypes, ft) then
+    return ('filetype %s is not in filetypes'):format(ft)
+  end
+  if opts.settings.enable == false then
+    return 'the enable setting is false'
+  end
+  return nil
+end
+
 --- Status for a statusline: 'specfill: loading 40%' / 'specfill: ready 35ms' / ...
 function M.statusline()
   if not state.opts then
     return ''
   end
-  local line = status.line(state.enabled, server.client_for(api.nvim_get_current_buf()) ~= nil)
+  local buf = api.nvim_get_current_buf()
+  local line = status.line(state.enabled, server.client_for(buf) ~= nil, M.why_off(buf))
   local cycling = require('specfill.cycle').position()
   return cycling and (line .. ' ' .. cycling) or line
 end
+
+--- Stop the server and start it again for every buffer, the settings kept (:SpecfillRestart).
+M.restart = server.restart
 
 --- Ask the server for its statistics (`specfill.stats`); cb(err, stats_table).
 M.stats = server.stats

@@ -4,7 +4,8 @@
 -- for a partial one) or dismissed (it went away with none of it accepted).
 local M = {}
 
-M.SHOWN, M.ACCEPTED, M.DISMISSED = 'specfill/shown', 'specfill/accepted', 'specfill/dismissed'
+local methods = require('specfill.protocol').methods
+M.SHOWN, M.ACCEPTED, M.DISMISSED = methods.shown, methods.accepted, methods.dismissed
 
 --- The offer on screen (or hidden by a menu) now, or nil.
 M.current = nil

@@ -15,13 +15,15 @@ function M.name(option)
   return option == 'builtin' and 'builtin' or 'specfill'
 end
 
---- The renderer for the `renderer` option ('auto', 'builtin' or 'specfill').
+--- The renderer for the `renderer` option ('auto', 'builtin' or 'specfill'), and a problem
+--- to tell the user when it cannot be the one asked for (then it is specfill's own).
 function M.choose(option)
   if M.name(option) == 'builtin' then
-    if not builtin.available() then
-      error('specfill: this Neovim has no vim.lsp.inline_completion; use renderer = "specfill"', 2)
+    if builtin.available() then
+      return builtin
     end
-    return builtin
+    return require('specfill.renderer.own'),
+      "renderer 'builtin': this Neovim has no vim.lsp.inline_completion; specfill's own ghost text is used"
   end
   return require('specfill.renderer.own')
 end

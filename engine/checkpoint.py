@@ -1,0 +1,195 @@
+"""A checkpoint's weights as the lean forward reads them, without transformers' model classes.
+
+The lean forward (engine/lean.py) computes Llama, Qwen2 and GPTBigCode models from their weights
+and config alone. Importing transformers' modeling code for them costs about 1.7 s of a command
+line's start on a 2-core VM (`python -X importtime`), and keeps about 140 MB more resident, for
+modules the engine never calls. So a local checkpoint of these families loads here: its config
+through transformers' AutoConfig (which knows each family's defaults), its safetensors weights
+into a tree of plain modules named as the checkpoint names them (`model.layers.0.self_attn.
+q_proj.weight`), which the lean forward reads as it reads a transformers model. Anything else
+(another family, a checkpoint without safetensors, remote code, a device map) loads through
+transformers as before (engine/models.py).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from types import SimpleNamespace
+
+import torch
+
+# model_type -> the module holding the token embedding, as the checkpoint names it
+LEAN_FAMILIES = {"llama": "model.embed_tokens", "qwen2": "model.embed_tokens", "gpt_bigcode": "transformer.wte"}
+
+
+# Each family's config defaults for the fields the engine reads, as transformers' config classes
+# set them (tests/unit/test_engine_checkpoint.py compares them with those classes).
+DEFAULTS = {
+    "llama": dict(hidden_act="silu", rms_norm_eps=1e-6, max_position_embeddings=2048, mlp_bias=False,
+                  attention_bias=False, rope_theta=10000.0, tie_word_embeddings=False),
+    "qwen2": dict(hidden_act="silu", rms_norm_eps=1e-6, max_position_embeddings=32768, use_sliding_window=False,
+                  rope_theta=10000.0, tie_word_embeddings=False, num_key_value_heads=32),
+    "gpt_bigcode": dict(activation_function="gelu_pytorch_tanh", layer_norm_epsilon=1e-5, n_positions=1024,
+                        multi_query=True, scale_attn_weights=True, tie_word_embeddings=True),
+}
+
+
+# The sizes a config.json must give for `lite_config` to read it (else transformers reads it).
+REQUIRED = {"llama": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
+            "qwen2": ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"),
+            "gpt_bigcode": ("n_embd", "n_layer", "n_head", "vocab_size")}
+
+
+class LiteConfig(SimpleNamespace):
+    """A lean family's config.json over its defaults, with rotary positions as transformers
+    gathers them (`rope_parameters`). Reading it imports nothing: transformers' config classes
+    import its activation and kernel modules (about 1 s). Only default rotary positions:
+    `lite_config` returns None for scaled ones (transformers' config class reads those)."""
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def lite_config(path: str) -> LiteConfig | None:
+    """The config of a LEAN_FAMILIES checkpoint at `path`, or None (another family, scaled
+    rotary positions, no config.json)."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return None
+    family = raw.get("model_type")
+    if family not in DEFAULTS or any(raw.get(k) is None for k in REQUIRED[family]):
+        return None
+    fields = {**DEFAULTS[family], **raw}
+    if family != "gpt_bigcode":
+        rope = dict(fields.get("rope_parameters") or fields.get("rope_scaling") or {})
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            return None
+        rope.setdefault("rope_theta", fields["rope_theta"])
+        fields["rope_parameters"] = {"rope_theta": rope["rope_theta"], "rope_type": "default"}
+        fields.setdefault("num_key_value_heads", fields["num_attention_heads"])
+    else:     # the names transformers' GPTBigCode config answers to as well
+        fields.update(hidden_size=fields["n_embd"], num_attention_heads=fields["n_head"],
+                      num_hidden_layers=fields["n_layer"], max_position_embeddings=fields["n_positions"])
+    return LiteConfig(**fields)
+
+
+def weight_files(path: str) -> list[str]:
+    """The checkpoint's safetensors files (one, or the shards its index names)."""
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(path, s) for s in shards]
+    return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+
+
+class CheckpointModel(torch.nn.Module):
+    """A checkpoint's weights as nested modules named like its tensors (numbered children as a
+    ModuleList, in their numbers' order); `config` is its config. Not callable: only the lean
+    forward computes it."""
+
+    def __init__(self, config, tensors: dict[str, torch.Tensor]):
+        super().__init__()
+        self.config = config
+        tree: dict = {}
+        for name, tensor in tensors.items():
+            *path, leaf = name.split(".")
+            node = tree
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = tensor
+        for key, child in tree.items():
+            _attach(self, key, child)
+        embed = self.get_submodule(LEAN_FAMILIES[config.model_type])
+        if "lm_head.weight" not in tensors:     # the output head shares the embedding's weight
+            self.add_module("lm_head", torch.nn.Module())
+            self.lm_head.weight, self.lm_head.bias = embed.weight, None
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.get_submodule(LEAN_FAMILIES[self.config.model_type])
+
+    def forward(self, *args, **kwargs):
+        raise TypeError("a checkpoint loaded for the lean forward has no forward of its own")
+
+
+def _attach(parent: torch.nn.Module, key: str, value) -> None:
+    if isinstance(value, torch.Tensor):
+        parent.register_parameter(key, torch.nn.Parameter(value, requires_grad=False))
+        return
+    if value and all(k.isdigit() for k in value):
+        module = torch.nn.ModuleList()
+        for k in sorted(value, key=int):
+            module.append(torch.nn.Module())
+            for name, leaf in value[k].items():
+                _attach(module[-1], name, leaf)
+    else:
+        module = torch.nn.Module()
+        for name, leaf in value.items():
+            _attach(module, name, leaf)
+        if "weight" in value and "bias" not in value:
+            module.bias = None      # as a transformers Linear without a bias reads
+    parent.add_module(key, module)
+
+
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
+def _header(file: str) -> tuple[dict, int]:
+    """A safetensors file's header (name -> dtype, shape, data offsets) and where its data begins."""
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+def checkpoint_numel(path: str) -> int:
+    """How many values the checkpoint's tensors hold, read from the files' headers."""
+    total = 0
+    for file in weight_files(path):
+        for info in _header(file)[0].values():
+            n = 1
+            for d in info["shape"]:
+                n *= d
+            total += n
+    return total
+
+
+def read_tensors(file: str, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors, each read into memory of its own (no mapping of the file,
+    whose pages would count as the process's while any tensor views them), floating ones in
+    `dtype` (None: as stored). Two threads read (a file read releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    header, start = _header(file)
+
+    def read(item: tuple[str, dict]) -> tuple[str, torch.Tensor]:
+        name, info = item
+        begin, end = info["data_offsets"]
+        t = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
+        view = memoryview(t.view(-1).view(torch.uint8).numpy()) if end > begin else memoryview(b"")
+        with open(file, "rb", buffering=0) as f:
+            f.seek(start + begin)
+            while view:
+                got = f.readinto(view)
+                if not got:
+                    raise ValueError(f"{file}: {name} ends past the end of the file")
+                view = view[got:]
+        return name, t.to(dtype) if dtype is not None and t.is_floating_point() and t.dtype != dtype else t
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(read, header.items()))
+
+
+def load_checkpoint(path: str, config, dtype: torch.dtype | None, device: torch.device) -> CheckpointModel:
+    """The weights of a local checkpoint of a LEAN_FAMILIES model, in `dtype` (None: as stored)."""
+    tensors = {}
+    for file in weight_files(path):
+        tensors.update((name, t.to(device)) for name, t in read_tensors(file, dtype).items())
+    return CheckpointModel(config, tensors).eval()

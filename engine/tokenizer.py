@@ -1,0 +1,117 @@
+"""A model's tokenizer from its tokenizer.json, without transformers.
+
+Importing transformers and building its tokenizer class costs 1.5-2 s of a command line's start
+on a 2-core VM (Qwen's tokenizer: 1.0 s to build, after 0.6-1.0 s of imports), for what the
+engine and the completion layer use of it: ids, the vocabulary, the special tokens and their
+ids. The `tokenizers` library reads tokenizer.json itself in a fraction of that, and
+tokenizer_config.json names the special tokens. `FastTokenizer` offers those parts under the
+names transformers' tokenizers use, so the code that takes either needs no branch;
+tests/unit/test_engine_tokenizer.py holds it to transformers' answers on the real tokenizers.
+One difference: where a text holds an added token's string and `split_special_tokens` is off,
+transformers' Llama class puts no SentencePiece space after that token and `tokenizers` does;
+the engine keeps such strings as text (`split_special_tokens`, `encode_special_tokens`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    content: str
+    special: bool
+
+
+def _content(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or {"content": ...}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class FastTokenizer:
+    """tokenizer.json through the `tokenizers` library, with tokenizer_config.json's special
+    tokens: the parts of a transformers fast tokenizer the engine and completion layer read.
+    Its backend encodes special-token strings as text, as the engine always asks (a second copy
+    that reads them as tokens is made only if `encode` is asked to)."""
+
+    is_fast = True
+
+    def __init__(self, backend, config: dict):
+        from tokenizers import Tokenizer
+
+        self.backend_tokenizer: Tokenizer = backend
+        self._vocab = backend.get_vocab(with_added_tokens=True)
+        added = {i: AddedToken(t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
+        for i, token in (config.get("added_tokens_decoder") or {}).items():   # the config's word wins
+            added[int(i)] = AddedToken(token["content"], bool(token.get("special")))
+        self.added_tokens_decoder = added
+        named = {key: _content(config.get(key)) for key in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        self.bos_token_id = self._vocab.get(named["bos_token"]) if named["bos_token"] else None
+        self.eos_token_id = self._vocab.get(named["eos_token"]) if named["eos_token"] else None
+        extra = [_content(t) for t in config.get("additional_special_tokens") or config.get("extra_special_tokens") or []]
+        special = {self._vocab[t] for t in list(named.values()) + extra if t in self._vocab}
+        special |= {i for i, t in added.items() if t.special}
+        self.all_special_ids = sorted(special)
+        self._special = None
+
+    @classmethod
+    def from_dir(cls, path: str) -> "FastTokenizer":
+        from tokenizers import Tokenizer
+
+        config_file = os.path.join(path, "tokenizer_config.json")
+        config = {}
+        if os.path.isfile(config_file):
+            with open(config_file, encoding="utf-8") as f:
+                config = json.load(f)
+        backend = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        backend.encode_special_tokens = True
+        backend.no_truncation()
+        backend.no_padding()
+        return cls(backend, config)
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self._vocab)
+
+    def __len__(self) -> int:
+        return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def text_backend(self):
+        """The backend as the engine encodes text: special-token strings as text (transformers'
+        split_special_tokens), no truncation nor padding. engine.vocab.plain_tokenizer takes it."""
+        return self.backend_tokenizer
+
+    def _special_backend(self):
+        """A copy that reads special-token strings as those tokens (made on first use)."""
+        if self._special is None:
+            from tokenizers import Tokenizer
+
+            self._special = Tokenizer.from_str(self.backend_tokenizer.to_str())
+            self._special.encode_special_tokens = False
+        return self._special
+
+    def encode(self, text: str, add_special_tokens: bool = True, split_special_tokens: bool = False) -> list[int]:
+        backend = self.backend_tokenizer if split_special_tokens else self._special_backend()
+        return backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def __call__(self, text: str, add_special_tokens: bool = True) -> dict:
+        """{"input_ids": ...} of one text, as calling a transformers tokenizer gives (also as
+        an attribute)."""
+        return _Encoded(input_ids=self.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, ids) -> list[str | None]:
+        return [self.backend_tokenizer.id_to_token(i) for i in ids]
+
+
+class _Encoded(dict):
+    __getattr__ = dict.__getitem__
+
+
+def fast_tokenizer(path: str) -> FastTokenizer | None:
+    """The tokenizer of the model folder `path` where it has a tokenizer.json, else None."""
+    return FastTokenizer.from_dir(path) if os.path.isfile(os.path.join(path, "tokenizer.json")) else None

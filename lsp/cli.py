@@ -246,9 +246,9 @@ def complete_main(argv: list[str] | None = None) -> int:
     text, problem = read_document(path, line, col, settings.maxDocumentChars)
     if problem:
         return _refuse(problem)
-    from lsp.backend import is_remote_target
+    from engine.remote import is_remote
 
-    if not is_remote_target(settings.targetModel):
+    if not is_remote(settings.targetModel):
         for name, role in ((settings.targetModel, "target"), (settings.draftModel, "draft")):
             problem = model_problem(name, role)
             if problem:

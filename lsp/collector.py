@@ -12,7 +12,7 @@ live as long as the server, so after each load they are moved out of the collect
 and the same replay saw no pass over 5 ms.
 
 `settle` runs after a load, once the old models are dropped, so their cycles are collected first
-and never frozen. `PAUSES` counts every later pass for `specfill.stats`, so that a latency spike
+and never frozen. `PAUSES` counts every pass after the last settle for `specfill.stats`, so that a latency spike
 can be told apart from a slow model.
 """
 from __future__ import annotations
@@ -69,6 +69,9 @@ def settle() -> None:
         gc.freeze()
     finally:
         _settling.clear()
+    # the passes while loading were the load's: count from here
+    PAUSES.passes = PAUSES.full_passes = 0
+    PAUSES.longest_ms = PAUSES.total_ms = 0.0
     PAUSES.settle_ms = round((time.perf_counter() - t0) * 1000, 1)
     PAUSES.frozen_objects = gc.get_freeze_count()
 

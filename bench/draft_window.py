@@ -7,9 +7,8 @@ At end-of-line positions of the held-out files in bench/files and of real held-o
 end-of-line workloads of `bench.suite`), the engine decodes with the draft model alone (prompt
 lookup off, a fixed draft length, caches cleared before each position) once per draft prompt:
 
-- `own`: cut to the draft's own token budgets (what the pipeline built before 2026-12-02: for
-  the shipped pair about twice the target's text, the draft's context being 1024 positions and
-  the target's 512);
+- `own`: cut to the draft's own token budgets (for the shipped pair about twice the target's
+  text, the draft's context being 1024 positions and the target's 512);
 - `window`: the lines and extra chunks of the target's window;
 - `auto`: what the pipeline builds (`draftPromptTokens: auto`: the draft config's
   `specfill_draft_prompt_tokens`, else `window`);

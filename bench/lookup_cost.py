@@ -35,7 +35,7 @@ from bench.round_cost import commit_of, engine_at
 from lsp.arguments import number
 
 PROG = "python -m bench.lookup_cost"
-# The engine before this round of lookup cuts (issue 10: lookup's own time per round).
+# The engine before lookup's search ran on the ids as bytes and the datastore kept its votes.
 DEFAULT_BASELINE = "ea8d66d"
 WINDOW = 480      # tokens of sequence before each position, about a completion prompt
 STEPS = 200       # positions walked per file

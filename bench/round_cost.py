@@ -47,7 +47,7 @@ from cli.generate import draft_length
 from lsp.arguments import number
 
 PROG = "python -m bench.round_cost"
-# The engine before this round of overhead cuts (issue 10, item 3).
+# An engine whose round had more overhead outside the models' math: the default reference.
 DEFAULT_BASELINE = "2eb4f92"
 # Engine functions timed, by the module that holds the round (engine/loop.py; in older commits
 # engine/generate.py): what each is, in the figures. The plan, the draft model's propose and its

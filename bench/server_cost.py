@@ -16,12 +16,12 @@ worker and back, writing the answer). Medians over the requests, and the median 
 the baseline's client time over this tree's.
 
 Edits: a one-character insert at a random line of a document of 100, 1,000 and 3,000 lines, then
-the lines read (as a request reads them), in process: pygls' own incremental edit (what servers
-before 6aaff39 ran) against this tree's (lsp/positions.py, LspTextDocument), ms per keystroke.
+the lines read (as a request reads them), in process: pygls' own incremental edit against this
+tree's (lsp/positions.py, LspTextDocument), ms per keystroke.
 
 Prompts: the shipped target's prompt at every request of the replay, in process, its window cut
 as the pipeline cuts it (default budgets, no extra context): encoded whole with nothing kept from
-one request to the next, as before 2026-12-06, against this tree's template, which keeps the
+one request to the next, against this tree's template, which keeps the
 suffix's ids and encodes the prefix line by line (completion/templates.py); ms per request, and
 whether every prompt came out the same.
 """
@@ -41,7 +41,7 @@ from bench.round_cost import commit_of, tree_at
 from lsp.arguments import number
 
 PROG = "python -m bench.server_cost"
-# The server before its stdin reader and its document edits were cut (issue 10's session 30).
+# The server before it read stdin on its event loop and edited documents around the edit.
 DEFAULT_BASELINE = "eee68d1"
 EDIT_LINES = (100, 1000, 3000)
 EDITS = 300
@@ -132,7 +132,7 @@ def prompt_costs(scripts) -> None:
             windows.append((w.prefix, w.suffix))
 
     def build(t, pre: str, suf: str) -> list[int]:
-        if t is whole:             # as before: nothing kept from one request to the next
+        if t is whole:             # encoded whole: nothing kept from one request to the next
             whole._segments.clear()
         return t.build(pre, suf, "spm")
     ms, prompts = {}, {}

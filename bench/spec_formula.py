@@ -12,8 +12,8 @@ about free). For each a it takes the draft length k with the most tokens per mil
     speed-up(a, k) = E(a, k) x verify(1) / (verify(k + 1) + k x draft_step),
     E(a, k) = (1 - a^(k+1)) / (1 - a)     (tokens a round yields, the target's own one included),
 
-against decoding alone at verify(1) a token. The engine's controller makes the same choice each
-round from the costs and acceptance it measures (engine/control.py).
+against decoding alone at verify(1) a token. The engine's policy makes the same choice each
+round from the costs and acceptance it measures (engine/policy.py).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from bench.common import bench_parser, usage_error
 
 WIDTHS = range(1, 18)
 REPS = 5
-LOOKUP_STEP_MS = 0.05      # prompt lookup's search, per token it proposes (engine/lookup.py): about free
+LOOKUP_STEP_MS = 0.05      # prompt lookup's search, per token it proposes (engine/drafters/lookup.py): about free
 
 
 def expected_tokens(a: float, k: int) -> float:

@@ -94,7 +94,7 @@ EXTRA_LABELS = {"ngram-prompt-only": "prompt lookup only, prompt and completions
                 "no-datastore": "draft + lookup without the datastore of the target's answers"}
 CONFIGS = {**DRAFT_CONFIGS, **EXTRA_CONFIGS}
 
-# Goals of issue 10 for the default configuration (shipped pair, this CPU).
+# The goals the report judges the default configuration by (the demo pair on a CPU).
 GOAL_SPEEDUP = 1.5          # (a) and (b) at p50
 GOAL_EOL_P50_MS = 150.0     # (b)
 GOAL_MULTILINE = 1.2        # (c), multi-line requests, at p50
@@ -105,7 +105,7 @@ GOAL_EFFICIENCY = 0.9
 class Sizes:
     prompts: int = 12           # generate
     prompt_chars: int = 1200
-    max_new_tokens: int = 64    # as `specfill generate` runs (its default) and issue 10 measured it
+    max_new_tokens: int = 64    # as `specfill generate` runs (its default)
     max_files: int = 3          # end of line and replay
     per_file: int = 8           # end-of-line positions per file: 24 a workload (answers of 3 to 64
                                 # tokens: a p50 of 12 of them moves with the few in the middle)

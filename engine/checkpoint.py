@@ -8,7 +8,7 @@ through transformers' AutoConfig (which knows each family's defaults), its safet
 into a tree of plain modules named as the checkpoint names them (`model.layers.0.self_attn.
 q_proj.weight`), which the lean forward reads as it reads a transformers model. Anything else
 (another family, a checkpoint without safetensors, remote code, a device map) loads through
-transformers as before (engine/models.py).
+transformers (engine/models.py).
 """
 from __future__ import annotations
 

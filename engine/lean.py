@@ -21,10 +21,10 @@ of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that numbe
 - the cache for all layers is one tensor; a step writes to it in place and attends over a
   slice of it, so shapes depend only on the number of new tokens and the cache length;
 - past the last layer's keys and values, only the tokens whose logits are wanted go on (a
-  prompt's prefill: its last token), since nothing reads the other tokens' outputs there. Two
-  runs of `python -m bench.forward_cost --baseline 927d42c --prefill 64,100,150,300,450`
-  (2026-12-06, Zen 4 VM): the shipped target's prefill 1.05-1.16x faster (one layer of seven),
-  the two-layer draft's 1.25-1.80x.
+  prompt's prefill: its last token), since nothing reads the other tokens' outputs there: on a
+  2-core Zen 4 VM the shipped target's prefill 1.05-1.16x faster (one layer of seven), the
+  two-layer draft's 1.25-1.80x (`python -m bench.forward_cost --prefill 64,100,150,300,450`
+  against a forward that carries every row).
 
 StaticLeanForward runs the same layers (`run`, with another `step`: where keys and values go
 and what attention sees) with shapes that depend on the number of new tokens only, for CUDA
@@ -138,9 +138,9 @@ class _Positions:
     Masks are additive, in the model's dtype: what torch's CPU attention turns a boolean mask
     into before it adds it, in every layer; given the float mask it adds the same numbers (the
     logits are bit for bit the same), and a pass converts its mask once or not at all (verify
-    widths: slices of the float band). `python -m bench.forward_cost --baseline <before>`:
-    verify passes of 4-8 tokens 1.01-1.06x, the draft's passes of 2-6 tokens 1.04-1.09x,
-    prefills unchanged (2026-12-06, Zen 4 VM)."""
+    widths: slices of the float band). Against boolean masks (`python -m bench.forward_cost`,
+    2-core Zen 4 VM): verify passes of 4-8 tokens 1.01-1.06x faster, the draft's passes of 2-6
+    tokens 1.04-1.09x, prefills unchanged."""
 
     def __init__(self, inv_freq: torch.Tensor | None = None, rope_scale: float = 1.0):
         self.inv_freq, self.rope_scale = inv_freq, rope_scale
@@ -214,9 +214,9 @@ class _SliceStep:
     A prefill on a CPU attends in blocks of MASK_BAND_WIDTH new tokens, each over the slots up
     to its own last token under a slice of the band: torch's CPU attention computes every
     masked-out score of one call, so one call over all the new tokens computes about twice the
-    scores a causal prefill needs. Two runs of `python -m bench.forward_cost --baseline <before>
-    --prefill 64,100,150,300,450` (2026-12-06, Zen 4 VM): the shipped target's prefill of 300
-    tokens 1.07x and 1.14x faster, of 450 1.12x and 1.20x; the draft's 1.16-1.22x there. The
+    scores a causal prefill needs. Against one call (`python -m bench.forward_cost --prefill
+    64,100,150,300,450`, 2-core Zen 4 VM): the shipped target's prefill of 300 tokens 1.07-1.14x
+    faster, of 450 1.12-1.20x; the draft's 1.16-1.22x there. The
     logits move by rounding only (allclose). CUDA kernels get the whole mask in one call."""
     __slots__ = ("kv", "positions", "start", "end", "where", "mask", "blocks", "chain")
 

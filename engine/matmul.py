@@ -46,8 +46,8 @@ ROW_CLASSES = (("one", 1, (1,)), ("few", FEW_ROWS, (2, 3)), ("verify", VERIFY_RO
 # The cached tokens before each measured pass, and the rounds over each class's widths (one more
 # warms up). A VM's stolen time makes single passes vary 2x, and the one-token step (most of
 # a completion's passes) is where kernels differ least: with 5 rounds its median chose the slower
-# kernel in 2 of 8 trials here, with 30 in none (a throwaway script, 2026-12-05). Cheap passes
-# get many rounds; prefill passes cost tens of steps, so fewer: with 3 a suite's no-draft server
+# kernel in 2 of 8 trials of the measurement on a 2-core VM, with 30 in none. Cheap passes get
+# many rounds; prefill passes cost tens of steps, so fewer: with 3 a suite's no-draft server
 # kept ROWS for prefill by under MIN_GAIN while the three others took oneDNN 3-12 % ahead.
 MEASURE_CONTEXT = 128
 CLASS_REPS = {"one": 30, "few": 10, "verify": 5, "prefill": 5}
@@ -84,7 +84,7 @@ def _onednn_ops():
 def _fp16_ops():
     """FBGEMM's float16-weight packing and its product with float32 inputs (torch ops that torch
     marks deprecated, kept by 2.13), or None where this torch build lacks them: then FP16 is
-    no candidate and the other kernels run as before."""
+    no candidate and the other kernels run."""
     pack = getattr(torch, "fbgemm_pack_gemm_matrix_fp16", None)
     linear = getattr(torch, "fbgemm_linear_fp16_weight_fp32_activation", None)
     return None if pack is None or linear is None else (pack, linear)

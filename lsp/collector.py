@@ -4,9 +4,9 @@ passes, and time the passes that remain.
 Once torch, transformers and the default pair are loaded, the collector tracks about 417k
 objects (the imported modules' functions, tuples and dicts), and a full pass over them took
 205-224 ms on the 2-core VM (`settle_ms` in `specfill.stats` is that pass, paid by the load).
-Such a pass starts on its own now and then, inside whatever request is running. In an
-in-process keystroke replay (a throwaway script that timed passes through gc.callbacks), one
-pass landed in a request and added 200 ms to it, where requests take 7-16 ms. Those objects
+Such a pass starts on its own now and then, inside whatever request is running: timed through
+gc.callbacks during an in-process keystroke replay, one pass landed in a request and added 200 ms
+to it, where requests take 7-16 ms. Those objects
 live as long as the server, so after each load they are moved out of the collector's sight
 (`gc.freeze`). Afterwards a full pass walks only what requests made since: it took under 0.1 ms,
 and the same replay saw no pass over 5 ms.

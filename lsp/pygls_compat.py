@@ -112,7 +112,7 @@ class PipeReader:
     """The client's messages read on the event loop itself, from asyncio's pipe transport: one
     wake-up takes in what the client wrote (a didChange and the completion request after it).
     pygls reads stdin on a worker thread instead, one hand-off per header line and per body:
-    three a message (README, "What the server itself adds to a request")."""
+    three a message (`python -m bench.server_cost` times both)."""
 
     def __init__(self, stream: asyncio.StreamReader):
         self.stream = stream

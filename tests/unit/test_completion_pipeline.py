@@ -202,7 +202,7 @@ def test_draft_prompt_holds_the_target_text_and_no_more(engines):
 
 def test_draft_prompt_length_auto_is_what_the_draft_config_recommends(engines):
     """draftPromptTokens auto: the shipped draft's config asks for 256 of its tokens (it is
-    accepted more often with the text nearest the cursor than with the whole window: README),
+    accepted more often with the text nearest the cursor than with the whole window: the model card),
     a draft whose config says nothing (the tiny pair's) gets the whole window; a number wins."""
     shipped = LocalEngine(EngineConfig(target="default", draft="default", device="cpu", lookup=False))
     whole_target, whole, whole_len = _window_lines(shipped, draft_prompt_tokens=32768)

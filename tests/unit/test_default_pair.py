@@ -132,8 +132,8 @@ def test_fim_request_on_held_out_snippet_returns_code(engines):
 
 def test_an_empty_draft_prompt_drafts_from_the_shared_text_and_changes_nothing(engines):
     """A draft prompt with no tokens (the draft tokenizer writes nothing for the prompt, or a
-    caller passes []) used to crash the draft model's first forward with an IndexError; the
-    draft now waits until the generated text gives it something to condition on. Prompt lookup
+    caller passes []) gives the draft model nothing to run its first forward on: the draft
+    waits until the generated text gives it something to condition on. Prompt lookup
     is off here: with the shipped datastore it has a proposal of 4 tokens nearly every round,
     which a fixed draft length of 4 takes instead of the model's."""
     from engine import LocalEngine, EngineConfig, GenerationSettings
@@ -148,7 +148,7 @@ def test_an_empty_draft_prompt_drafts_from_the_shared_text_and_changes_nothing(e
     assert a.stats.draft_calls > 0    # the draft joined in once the shared text had tokens
 
 
-def test_the_shipped_draft_meets_issue_11s_acceptance_at_held_out_editor_positions(offline):
+def test_the_shipped_draft_reaches_its_model_cards_acceptance_at_held_out_editor_positions(offline):
     # The distillation report's positions (cursor at the end of 24 code lines and on 24 fresh
     # indented lines of bench/files, never trained on), k = 4, prompt lookup off: the figures the
     # model card gives. Measured 0.615 acceptance and 3.22 tokens per target call (0.561 / 2.97

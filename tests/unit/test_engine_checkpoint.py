@@ -1,7 +1,7 @@
 """Checkpoints of the lean families load as their weights alone (engine/checkpoint.py): the same
 logits as the transformers model of the same files, the config's defaults as transformers' config
 classes set them, and none of transformers' model classes imported; other checkpoints load
-through transformers as before."""
+through transformers."""
 import json
 import subprocess
 import sys

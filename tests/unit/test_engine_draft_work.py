@@ -1,4 +1,4 @@
-"""What a draft model's proposal costs, and the steps it no longer wastes, on the shipped default
+"""What a draft model's proposal costs, and the steps it does not waste, on the shipped default
 pair (the draft has another tokenizer) and on the shipped target drafting for itself (same
 vocabulary): drafting stops at the token that decides the answer, and a proposal reports its
 passes and its first pass's time apart, so the policy prices a step as a step."""

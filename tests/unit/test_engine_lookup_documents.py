@@ -110,7 +110,7 @@ def blocks_of(corpus) -> list[list[int]]:
 
 
 def one_by_one(monkeypatch):
-    """Block by block reading, as before batches: one block a tokenizer call."""
+    """Block by block reading, without batches: one block a tokenizer call."""
     monkeypatch.setattr(lk, "TOKENIZE_BATCH", 1)
 
 

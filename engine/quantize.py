@@ -32,7 +32,7 @@ import torch
 from .cpu import cpu_flags
 from .matmul import _fused_bias
 from .settings import QUANTIZE
-QUANTIZE_ROWS = 8192    # rows of a weight converted at a time
+QUANTIZE_ROWS = 8192    # rows of a weight converted at a time, and most rows of one int8 product
 INT4_GROUP = 32         # input features sharing one int4 scale and offset
 
 
@@ -66,9 +66,12 @@ def _reduce_range() -> bool:
 
 class Int8Linear:
     """One or more linear maps of the same input as one int8 product (the Linear interface of
-    engine/matmul.py: __call__ and add_to, float32 in and out)."""
+    engine/matmul.py: __call__ and add_to, float32 in and out). A map of more than QUANTIZE_ROWS
+    outputs (an output head) is several products of QUANTIZE_ROWS rows each: torch packs a
+    weight in time that grows faster than its size (a 151,936-row head took 4x as long whole as
+    in blocks of 8,192), and a block's output is the same either way."""
 
-    def __init__(self, packed, bias: torch.Tensor | None, reduce_range: bool):
+    def __init__(self, packed: list, bias: torch.Tensor | None, reduce_range: bool):
         self.packed, self.bias, self.reduce_range = packed, bias, reduce_range
         self.pins = None     # the +1 / -1 columns, grown to the widest call
 
@@ -77,17 +80,17 @@ class Int8Linear:
         out, width = weight.shape
         # int8 values and scales a block of rows at a time (a float32 copy of a whole output
         # head would be twice its bfloat16 size); two zero columns for the +1 / -1 inputs
-        values = torch.zeros(out, width + 2, dtype=torch.int8)
-        scale = torch.empty(out, dtype=torch.float64)
+        packed = []
         for start in range(0, out, QUANTIZE_ROWS):
             rows = weight[start:start + QUANTIZE_ROWS].detach().to(torch.float32, copy=True)
-            block = rows.abs().amax(dim=1).clamp_min_(1e-12).div_(127)
-            values[start:start + QUANTIZE_ROWS, :width] = rows.div_(block[:, None]).round_().to(torch.int8)
-            scale[start:start + QUANTIZE_ROWS] = block
-        with warnings.catch_warnings():   # torch marks its quantized tensor types deprecated
-            warnings.simplefilter("ignore")
-            q = torch._make_per_channel_quantized_tensor(values, scale, torch.zeros(out, dtype=torch.long), 0)
-            packed = torch.ops.quantized.linear_prepack(q, None)
+            scale = rows.abs().amax(dim=1).clamp_min_(1e-12).div_(127)
+            values = torch.zeros(rows.shape[0], width + 2, dtype=torch.int8)
+            values[:, :width] = rows.div_(scale[:, None]).round_().to(torch.int8)
+            with warnings.catch_warnings():   # torch marks its quantized tensor types deprecated
+                warnings.simplefilter("ignore")
+                q = torch._make_per_channel_quantized_tensor(values, scale.double(),
+                                                             torch.zeros(rows.shape[0], dtype=torch.long), 0)
+                packed.append(torch.ops.quantized.linear_prepack(q, None))
         # the bias is added after the rows are scaled back (inside the product it would be scaled too)
         return cls(packed, None if bias is None else bias.detach().float(), _reduce_range())
 
@@ -101,7 +104,8 @@ class Int8Linear:
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         x, top = self._pinned(h.float())
-        out = torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range).mul_(top)
+        outs = [torch.ops.quantized.linear_dynamic(x, p, self.reduce_range) for p in self.packed]
+        out = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)).mul_(top)
         return out if self.bias is None else out.add_(self.bias)
 
     def add_to(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:

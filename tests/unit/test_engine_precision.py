@@ -17,7 +17,7 @@ from engine.lean import LeanForward, lean_for, make_lean
 from engine.matmul import GEMV, ROWS, Kernels, gemv
 from engine.models import load_model
 from engine.precision import checkpoint_dtype, choose_dtype
-from engine.quantize import Int8Linear, QuantizeError, int8_engine
+from engine.quantize import QUANTIZE_ROWS, Int8Linear, QuantizeError, int8_engine
 from tests.tiny_models import tiny_model, tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import _ids
 
@@ -141,6 +141,21 @@ def test_an_int8_map_gives_a_row_the_same_bits_whatever_else_is_in_the_call():
     assert all(torch.equal(together[i:i + 1], linear(rows[i:i + 1])) for i in range(16))
     want = torch.nn.functional.linear(rows, weight, bias)
     assert ((together - want).norm(dim=1) / want.norm(dim=1)).max() < 0.02
+
+
+@pytest.mark.skipif(not HAS_INT8, reason="no int8 kernel in this torch build or on this CPU")
+def test_an_int8_map_of_more_rows_than_a_block_is_its_blocks_side_by_side():
+    """An output head is packed in blocks of QUANTIZE_ROWS rows: its output is each block's, in order."""
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(QUANTIZE_ROWS + 40, 32, generator=gen) * 0.1
+    head, tail = Int8Linear.from_weight(weight, None), Int8Linear.from_weight(weight[QUANTIZE_ROWS:], None)
+    assert len(head.packed) == 2
+    rows = torch.randn(3, 32, generator=gen)
+    out = head(rows)
+    assert out.shape == (3, QUANTIZE_ROWS + 40)
+    assert torch.equal(out[:, QUANTIZE_ROWS:], tail(rows))
+    want = rows @ weight.T
+    assert ((out - want).norm(dim=1) / want.norm(dim=1)).max() < 0.02
 
 
 @pytest.mark.skipif(not HAS_INT8, reason="no int8 kernel in this torch build or on this CPU")

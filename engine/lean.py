@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from array import array
 from dataclasses import dataclass, replace
 
@@ -280,10 +281,16 @@ class _Weights:
         self.kernels = Kernels() if self.packed else Kernels(ROWS, ROWS, ROWS, ROWS)
         # a weight the model also reads as its embedding stays where quantized copies are made of it
         self.keep = {param.data_ptr()}
+        self.quantized = {}
+        if quantize != "none":   # every map at once, on as many threads as torch computes with
+            maps = [[m[i] for i in g] for m in linears for g in groups] + [[model.lm_head]]
+            with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+                done = pool.map(lambda modules: quantize_linears(modules, self.keep, quantize), maps)
+                self.quantized = {tuple(map(id, modules)): q for modules, q in zip(maps, done)}
 
     def linear(self, modules: list[torch.nn.Linear]):
         if self.quantize != "none":
-            return quantize_linears(modules, self.keep, self.quantize)
+            return self.quantized.pop(tuple(map(id, modules)))
         return Linear(modules, packed=self.packed, kernels=self.kernels)
 
     def vector(self, t: torch.Tensor | None) -> torch.Tensor | None:

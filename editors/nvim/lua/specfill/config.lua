@@ -129,7 +129,7 @@ M.defaults = {
   -- false = only on the `request` key.
   auto_trigger = true,
 
-  -- Client-side wait after the last keystroke before asking (the server debounces too).
+  -- Client-side wait after the last keystroke before asking (the server answers at once).
   debounce_ms = 50,
 
   -- No automatic request when more than this many characters of code follow the cursor on

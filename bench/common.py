@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sys
@@ -24,7 +25,7 @@ DEFAULT_FILES = Path(__file__).resolve().parent / "files"      # not in the defa
                                                                # tuned on: bench/eval is the evaluation set
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
-# The ways of drafting compared everywhere, as server settings over the base settings:
+# The ways of drafting compared everywhere, as server settings and options over the base settings:
 # "default" is as shipped (draft model + prompt lookup under the cost-aware policy).
 DRAFT_CONFIGS: dict[str, dict] = {
     "no-draft": {"draftModel": "none"},
@@ -60,7 +61,8 @@ def add_model_options(ap: argparse.ArgumentParser, target_help: str | None = Non
 
 
 def add_set_option(ap: argparse.ArgumentParser, help: str) -> None:
-    """--set NAME=VALUE, repeatable: any other server setting (checked by bench.replay.server_settings)."""
+    """--set NAME=VALUE, repeatable: any other server setting or option (checked by
+    bench.replay.server_settings)."""
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=help)
 
 
@@ -89,12 +91,29 @@ def server_env(threads: int = 0) -> dict:
     return env
 
 
+def server_command(settings: dict, root: Path = ROOT) -> tuple[list[str], dict]:
+    """The command that starts a server of the checkout at `root` with `settings` (settings and
+    options in one dict, as bench/ writes them), and the settings section it is initialized with:
+    the options go on its command line (`--option NAME=VALUE`). A checkout from before server
+    options took every name in its settings section, and gets them all there."""
+    command = [sys.executable, "-m", "lsp", "--log-level", "warning"]
+    if root != ROOT and "--option" not in (root / "lsp" / "cli.py").read_text(encoding="utf-8"):
+        return command, settings
+    from lsp.settings import split_options
+
+    section, options = split_options(settings)
+    for name, value in options.items():
+        command += ["--option", f"{name}={json.dumps(value) if isinstance(value, bool) else value}"]
+    return command, section
+
+
 async def start_server(name: str, settings: dict, env: dict, log_dir: Path, root: Path = ROOT) -> LspClient:
-    """A real server over stdio, initialized with `settings` (its stderr in log_dir/server-NAME.log);
-    `root`: the checkout it runs from (another commit's, for a side-by-side run)."""
-    client = await LspClient.start([sys.executable, "-m", "lsp", "--log-level", "warning"], env,
-                                   log_dir / f"server-{name}.log", cwd=str(root))
-    await client.request("initialize", initialize_params(settings, root))
+    """A real server over stdio, initialized with `settings` and started with the options among
+    them (`server_command`; its stderr in log_dir/server-NAME.log); `root`: the checkout it runs
+    from (another commit's, for a side-by-side run)."""
+    command, section = server_command(settings, root)
+    client = await LspClient.start(command, env, log_dir / f"server-{name}.log", cwd=str(root))
+    await client.request("initialize", initialize_params(section, root))
     await client.notify("initialized", {})
     return client
 

@@ -102,7 +102,7 @@ async def editor(name: str, client: LspClient, script, time_scale: float) -> dic
 
 async def load_run(url: str, editors: int, files: list[Path], typed_lines: int, time_scale: float,
                    max_new_tokens: int, env: dict, read_timeout_ms: int = 30000) -> tuple[list[dict], dict]:
-    settings = {**base_settings(url, "none", max_new_tokens), "debounceMs": 0, "readTimeoutMs": read_timeout_ms}
+    settings = {**base_settings(url, "none", max_new_tokens), "debounceMs": 0, "remote.readTimeoutMs": read_timeout_ms}
     # Editor i types file i (round robin), each with its own typist (seed): no two alike.
     scripts = [typing_script(p.name, p.read_text(encoding="utf-8"), typed_lines, seed, EDITOR_DEBOUNCE_MS)
                for seed, p in enumerate(files * (editors // len(files) + 1))][:editors]

@@ -240,12 +240,12 @@ def replay_transformers(configs: list[str], settings: dict, scripts: list[Typing
     from completion.pipeline import CompletionPipeline
     from completion.postprocess import clean_completion
     from lsp import backend
-    from lsp.settings import Settings, parse_settings
+    from lsp.settings import settings_from
 
     from transformers import StoppingCriteriaList
 
     StopOnText = _stop_on_text_class()
-    parsed = parse_settings(settings, Settings())
+    parsed = settings_from(settings)
     loaded = backend.load_backend(parsed)
     engine = loaded.engine
     pipeline = CompletionPipeline(PromptCapture(engine))
@@ -368,7 +368,8 @@ def chosen(names: str, known, what: str = "configuration") -> list[str]:
 
 def server_settings(target: str, draft: str, device: str = "auto", dtype: str = "auto",
                     assignments: list[str] = ()) -> dict:
-    """The base server settings: the models, and any `--set NAME=VALUE` (checked as the server would)."""
+    """The base server settings: the models, and any `--set NAME=VALUE`, a setting or a server
+    option (checked as the server would)."""
     settings = {"targetModel": target, "draftModel": draft, "device": device, "dtype": dtype}
     from lsp.settings import SettingsError, parse_assignment   # the settings table loads torch
 

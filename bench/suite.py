@@ -138,9 +138,9 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
     import engine as this_engine
     from engine.threads import set_threads
     from lsp import backend, collector
-    from lsp.settings import Settings, parse_settings
+    from lsp.settings import settings_from
 
-    parsed = {name: parse_settings(s, Settings()) for name, s in settings.items()}
+    parsed = {name: settings_from(s) for name, s in settings.items()}
     packages = {name: (packages or {}).get(name, this_engine) for name in settings}
     engines = {name: backend.load_backend(p).engine if packages[name] is this_engine else engine_of(packages[name], p)
                for name, p in parsed.items()}   # as the server builds them
@@ -172,8 +172,8 @@ def engine_of(package, p):
     `p`, configured as lsp.backend.load_backend configures this tree's."""
     config = importlib.import_module(package.__name__ + ".settings").EngineConfig(
         target=p.targetModel, draft=p.draftModel, device=p.device, dtype=p.dtype, trust_remote_code=p.trustRemoteCode,
-        max_cache_tokens=p.maxCacheTokens, kv_reuse=p.kvReuse, lookup=p.promptLookup, datastore=p.datastore,
-        cuda_graphs=p.cudaGraphs)
+        max_cache_tokens=p.maxCacheTokens, kv_reuse=p.options.kvReuse, lookup=p.options.promptLookup,
+        datastore=p.options.datastore, cuda_graphs=p.options.cudaGraphs)
     module = importlib.import_module(package.__name__ + ".engine")
     return (getattr(module, "LocalEngine", None) or module.Engine)(config)     # (older commits: Engine)
 

@@ -15,8 +15,9 @@ from engine.remote import BACKENDS, is_remote      # (no models: torch is not im
 from lsp.arguments import EXIT_USAGE, OneLineParser, keyword_or_path, number
 from lsp.engine_limits import DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH, QUANTIZE
 
-# The settings of a remote target, named as in the editor settings (lsp/settings.py).
-REMOTE_SETTINGS = ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle", "connectTimeoutMs", "readTimeoutMs")
+# The settings of a remote target, named as in the editor settings (lsp/settings.py `remote`).
+REMOTE_SETTINGS = tuple(f"remote.{name}" for name in ("backend", "apiKey", "apiKeyEnv", "verifyTls", "caBundle",
+                                                      "connectTimeoutMs", "readTimeoutMs"))
 # Options that choose local models or their decoding: nothing to do on a remote target.
 LOCAL_ONLY = ("draft", "draft_length", "no_lookup", "datastore", "device", "dtype",
               "quantize", "threads", "trust_remote_code")
@@ -74,10 +75,10 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay the lean forward as CUDA graphs (CUDA only; run on one H200 so far)")
     p.add_argument("--backend", default=None, choices=BACKENDS,
-                   help="remote target only: the protocol (as the backend setting; default auto)")
+                   help="remote target only: the protocol (as the remote.backend setting; default auto)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help=f"remote target only: one of {', '.join(REMOTE_SETTINGS)} "
-                        "(as for specfill complete; repeatable), e.g. --set apiKeyEnv=TEAM_KEY")
+                        "(as for specfill complete; repeatable), e.g. --set remote.apiKeyEnv=TEAM_KEY")
     p.add_argument("--json", action="store_true", help="print one JSON object {text, stats}")
     args = p.parse_args(argv)
 
@@ -147,7 +148,7 @@ def generate_remote(p: OneLineParser, args: argparse.Namespace, prompt: str) -> 
         if getattr(args, name) != p.get_default(name):
             flag = "--" + name.replace("_", "-")
             p.error(f"{flag} chooses local models or their decoding; a remote target decodes on its server")
-    from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
+    from lsp.settings import SettingsError, parse_assignment, settings_from
 
     raw: dict = {"targetModel": args.target}
     try:
@@ -157,8 +158,8 @@ def generate_remote(p: OneLineParser, args: argparse.Namespace, prompt: str) -> 
                 p.error(f"--set {name}: not a remote target's setting (one of {', '.join(REMOTE_SETTINGS)})")
             raw[name] = value
         if args.backend is not None:
-            raw["backend"] = args.backend
-        settings = parse_settings(raw, Settings())
+            raw["remote.backend"] = args.backend
+        settings = settings_from(raw)
     except SettingsError as exc:
         p.error(str(exc))
 

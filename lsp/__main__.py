@@ -1,4 +1,4 @@
-"""`python -m lsp [--tcp HOST:PORT] [--log-level LEVEL]`: run the language server."""
+"""`python -m lsp [--tcp HOST:PORT] [--log-level LEVEL] [--option NAME=VALUE ...]`: run the language server."""
 from lsp.cli import serve_main
 
 if __name__ == "__main__":

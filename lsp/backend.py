@@ -39,18 +39,19 @@ def load_backend(settings: Settings) -> Backend:
     from engine import EngineConfig, LocalEngine
 
     t0 = time.perf_counter()
+    options = settings.options
     if is_remote(settings.targetModel):
         engine = remote_engine(settings)
         pipeline = CompletionPipeline(engine)
         load_ms = (time.perf_counter() - t0) * 1000
-        log.info("remote target %s (backend %s)", engine.settings.base_url, settings.backend)
+        log.info("remote target %s (backend %s)", engine.settings.base_url, settings.remote.backend)
         return Backend(engine=engine, pipeline=pipeline, settings=settings, load_ms=load_ms)
     config = EngineConfig(target=settings.targetModel, draft=settings.draftModel,
                           device=settings.device, dtype=settings.dtype, quantize=settings.quantize,
                           trust_remote_code=settings.trustRemoteCode,
                           max_cache_tokens=settings.maxCacheTokens,
-                          kv_reuse=settings.kvReuse, lookup=settings.promptLookup,
-                          datastore=settings.datastore, cuda_graphs=settings.cudaGraphs)
+                          kv_reuse=options.kvReuse, lookup=options.promptLookup,
+                          datastore=options.datastore, cuda_graphs=options.cudaGraphs)
     engine = LocalEngine(config)
     pipeline = CompletionPipeline(engine)
     load_ms = (time.perf_counter() - t0) * 1000
@@ -59,10 +60,11 @@ def load_backend(settings: Settings) -> Backend:
 
 
 def cuda_graphs_note(loaded: Backend) -> str | None:
-    """One line for the user when `cudaGraphs` is on but a model runs without CUDA graphs (the
-    engine then runs its usual forward and only logs why); None when nothing needs saying."""
+    """One line for the user when the `cudaGraphs` option is on but a model runs without CUDA
+    graphs (the engine then runs its usual forward and only logs why); None when nothing needs
+    saying."""
     settings = loaded.settings
-    if not settings.cudaGraphs:
+    if not settings.options.cudaGraphs:
         return None
     if is_remote(settings.targetModel):
         return "cudaGraphs is for local models: a remote target runs its own forward passes"
@@ -89,11 +91,12 @@ def remote_engine(settings: Settings) -> RemoteEngine:
     from engine.models import ModelLoadError
     from engine.remote import RemoteEngine, RemoteError, RemoteSettings
 
+    r = settings.remote
     try:
-        remote = RemoteSettings(url=settings.targetModel, backend=settings.backend, api_key=settings.apiKey,
-                                api_key_env=settings.apiKeyEnv, verify_tls=settings.verifyTls,
-                                ca_bundle=settings.caBundle, connect_timeout_s=settings.connectTimeoutMs / 1000,
-                                read_timeout_s=settings.readTimeoutMs / 1000)
+        remote = RemoteSettings(url=settings.targetModel, backend=r.backend, api_key=r.apiKey,
+                                api_key_env=r.apiKeyEnv, verify_tls=r.verifyTls, ca_bundle=r.caBundle,
+                                connect_timeout_s=r.connectTimeoutMs / 1000,
+                                read_timeout_s=r.readTimeoutMs / 1000)
     except RemoteError as exc:
         raise ModelLoadError(str(exc)) from None
     return RemoteEngine(remote, max_cache_tokens=settings.maxCacheTokens)
@@ -102,16 +105,17 @@ def remote_engine(settings: Settings) -> RemoteEngine:
 def completion_options(settings: Settings) -> CompletionOptions:
     from completion.pipeline import CompletionOptions
 
+    options = settings.options
     return CompletionOptions(
-        fim_template=settings.fimTemplate, draft_fim_template=settings.draftFimTemplate,
-        fim_layout=settings.fimLayout, prefix_tokens=settings.prefixTokens,
+        fim_template=settings.fimTemplate, draft_fim_template=options.draftFimTemplate,
+        fim_layout=options.fimLayout, prefix_tokens=settings.prefixTokens,
         suffix_tokens=settings.suffixTokens, extra_tokens=settings.extraTokens,
         multiline=settings.multiline, max_lines=settings.maxLines,
         max_new_tokens=settings.maxNewTokens, temperature=settings.temperature,
-        draft_length=settings.draftLength, draft_prompt_tokens=settings.draftPromptTokens,
+        draft_length=settings.draftLength, draft_prompt_tokens=options.draftPromptTokens,
         time_budget_ms=settings.timeBudgetMs or None,
-        stop_while_decoding=settings.stopWhileDecoding,
-        lookup_documents=settings.lookupDocuments)
+        stop_while_decoding=options.stopWhileDecoding,
+        lookup_documents=options.lookupDocuments)
 
 
 def completion_request(uri: str, text: str, line: int, character: int) -> CompletionRequest:

@@ -97,9 +97,17 @@ def serve_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"],
                         help="log level (to the client as window/logMessage once connected)")
+    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a server option, e.g. --option debounceMs=200 (repeatable; for measuring "
+                             "and tests, not an editor setting); python -m lsp.settings --options lists them")
     parser.add_argument("--version", action=VersionAction)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
+    from lsp.settings import SettingsError, parse_assignment, parse_options
+    try:
+        options = parse_options(dict(parse_assignment(item, options_only=True) for item in args.option))
+    except SettingsError as exc:
+        parser.error(f"--option: {exc}")
     if args.tcp:
         problem = listen_problem(*args.tcp)
         if problem:
@@ -117,6 +125,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     from lsp.pygls_compat import shutdown_requested, start_stdio
     from lsp.server import server, stop_work
     from lsp import collector
+    server.state.settings = server.state.settings.replace(options=options)
+    if args.option:
+        log.info("server options: %s", options)
     collector.watch()      # the collector's passes, timed for specfill.stats
     try:
         if args.tcp:
@@ -161,7 +172,7 @@ def _refuse(message: str) -> int:
 def read_document(path: str, line: int, col: int, max_chars: int) -> tuple[str | None, str | None]:
     """The text of `path` if (line, col), 1-based, is in it and the pipeline would take it:
     (text, None), else (None, why). Loads no torch, so a bad file is refused at once. The checks
-    are the server's: maxDocumentChars (`max_chars`), and bytes that are not UTF-8 read as the
+    are the server's: the maxDocumentChars option (`max_chars`), and bytes that are not UTF-8 read as the
     server reads them from an editor (lone surrogates, which the pipeline refuses)."""
     try:
         data = Path(path).read_bytes()
@@ -213,8 +224,9 @@ def complete_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="device, e.g. auto, cpu or cuda:1")
     parser.add_argument("--dtype", help="dtype, e.g. auto or float32")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="any other setting, e.g. --set prefixTokens=512 (repeatable); "
-                             "python -m lsp.settings --markdown lists them")
+                        help="any other setting or server option, e.g. --set prefixTokens=512 or "
+                             "--set remote.readTimeoutMs=5000 (repeatable); python -m lsp.settings "
+                             "--markdown lists the settings, --options the options")
     parser.add_argument("--trust-remote-code", action="store_true")
     parser.add_argument("--json", action="store_true",
                         help='print {"text": ..., "stats": {...}}; the stats of the run also when '
@@ -225,7 +237,7 @@ def complete_main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
 
     # Everything the command line says is checked before seconds of torch and model loading.
-    from lsp.settings import Settings, SettingsError, parse_assignment, parse_settings
+    from lsp.settings import SettingsError, parse_assignment, settings_from
 
     raw: dict = {}
     for name, value in (("targetModel", args.target), ("draftModel", args.draft),
@@ -238,15 +250,15 @@ def complete_main(argv: list[str] | None = None) -> int:
         raw["trustRemoteCode"] = True
     try:
         raw.update(parse_assignment(item) for item in args.set)
-        settings = parse_settings(raw, Settings())
+        settings = settings_from(raw)
     except SettingsError as exc:
         parser.error(str(exc))
 
     path, line, col = args.location
-    text, problem = read_document(path, line, col, settings.maxDocumentChars)
+    text, problem = read_document(path, line, col, settings.options.maxDocumentChars)
     if problem:
         return _refuse(problem)
-    from engine.remote import is_remote
+    from lsp.backend import is_remote
 
     if not is_remote(settings.targetModel):
         for name, role in ((settings.targetModel, "target"), (settings.draftModel, "draft")):

@@ -45,11 +45,14 @@ def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
 
 
 def _shown(settings, name: str) -> str:
-    """`name = value` as in force (a secret shown as set), or the previous settings for a
-    section that is not an object."""
-    if not hasattr(settings, name):
-        return "the previous settings"
-    return f"{name} = {json.dumps(settings.to_dict()[name])}"
+    """`name = value` as in force (a secret shown as set; `remote.readTimeoutMs = 30000` for a
+    nested one), or the previous settings for a section that is not an object."""
+    value: Any = settings.to_dict()
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return "the previous settings"
+        value = value[part]
+    return f"{name} = {json.dumps(value)}"
 
 
 def tell_settings_problems(ls: SpecfillServer, problems: list[str], source: str, error: bool) -> None:

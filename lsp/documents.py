@@ -112,7 +112,7 @@ def refuse_if_too_large(ls: SpecfillServer, uri: str, chars: int) -> bool:
     status line can say why nothing is shown there; specfill.stats lists it too."""
     state = ls.state
     key = document_key(uri)
-    reason = document_too_large(chars, state.settings.maxDocumentChars)
+    reason = document_too_large(chars, state.settings.options.maxDocumentChars)
     was = state.oversized.get(key)
     if reason is None:
         if was is not None:
@@ -185,7 +185,7 @@ class EditNotes:
 def context_from(ls: SpecfillServer, source: str) -> bool:
     """Whether the settings take extra context from `source` (open, edits, yanks, visits)."""
     settings = ls.state.settings
-    return settings.extraTokens > 0 and source in settings.extraContextFrom.split(",")
+    return settings.extraTokens > 0 and source in settings.options.extraContextFrom.split(",")
 
 
 def edit_notes(ls: SpecfillServer) -> EditNotes:
@@ -225,7 +225,7 @@ def on_yanked(ls: SpecfillServer, params: Any) -> None:
     uri, doc = _document_param(ls, p)
     if not context_from(ls, "yanks"):
         return
-    text = p["text"][:ls.state.settings.maxDocumentChars]
+    text = p["text"][:ls.state.settings.options.maxDocumentChars]
     loaded = ls.state.backend
     if loaded is not None:
         _on_worker(ls, lambda: loaded.pipeline.note_text(doc.uri if doc else uri, encodable(text), "yanks"))

@@ -172,8 +172,8 @@ async def completions_at(ls: SpecfillServer, uri: str, position: types.Position,
     cancel = threading.Event()
     _supersede(state, key, cancel)
     try:
-        if settings.debounceMs and not invoked:
-            await asyncio.sleep(settings.debounceMs / 1000)
+        if settings.options.debounceMs and not invoked:
+            await asyncio.sleep(settings.options.debounceMs / 1000)
         if cancel.is_set() or state.loading or state.backend is None:
             return _no_answer(last, "a newer request replaced it" if cancel.is_set() else "the models are loading")
         # The pipeline knows the document by the URI it was opened with.
@@ -398,6 +398,7 @@ def stats_report(ls: SpecfillServer) -> dict:
                    "loaded": state.backend is not None, "loading": state.loading,
                    "matmulKernels": _matmul_kernels(state.backend)},
         "settings": state.settings.to_dict(),
+        "options": state.settings.options.to_dict(),
         "settingsVersion": state.settings_version,
         "positionEncoding": str(ls.workspace.position_encoding),
         "openDocuments": len(ls.workspace.text_documents),

@@ -57,9 +57,18 @@ def make_client() -> TestClient:
     return client
 
 
-def server_config(client_factory=make_client) -> ClientServerConfig:
-    """pytest-lsp's way to start the real server over stdio (SERVER_COMMAND) and its client."""
-    return ClientServerConfig(server_command=SERVER_COMMAND, server_env=SERVER_ENV, client_factory=client_factory)
+def server_command(options: dict | None = None) -> list[str]:
+    """SERVER_COMMAND with server options (`--option NAME=VALUE`: lsp/settings.py Options)."""
+    args = [f"{name}={json.dumps(value) if isinstance(value, bool) else value}"
+            for name, value in (options or {}).items()]
+    return SERVER_COMMAND + [a for arg in args for a in ("--option", arg)]
+
+
+def server_config(client_factory=make_client, options: dict | None = None) -> ClientServerConfig:
+    """pytest-lsp's way to start the real server over stdio (SERVER_COMMAND, with `options`) and
+    its client."""
+    return ClientServerConfig(server_command=server_command(options), server_env=SERVER_ENV,
+                              client_factory=client_factory)
 
 
 def capabilities(encoding: str = "utf-16", configuration: bool = True,
@@ -100,26 +109,27 @@ def tiny_options(**extra) -> dict:
     target, draft = tiny_pair()
     # extraTokens 0: no context from other open documents, so a prompt depends only on its own
     # document and the server's answer can be compared with `reference`.
-    return {"targetModel": target, "draftModel": draft, "debounceMs": 0, "device": "cpu",
-            "dtype": "float32", "extraTokens": 0, **extra}
+    return {"targetModel": target, "draftModel": draft, "device": "cpu", "dtype": "float32",
+            "extraTokens": 0, **extra}
 
 
 @functools.lru_cache(maxsize=None)
 def _reference_backend():
     from lsp.backend import load_backend
-    from lsp.settings import Settings, parse_settings
+    from lsp.settings import settings_from
 
-    return load_backend(parse_settings(tiny_options(), Settings()))
+    return load_backend(settings_from(tiny_options()))
 
 
 def reference(uri: str, text: str, line: int, character: int, **settings) -> str:
     """What the completion pipeline itself (in this process, same tiny pair) answers at a
-    codepoint position: the server must answer the same."""
+    codepoint position with `settings` (server options among them): the server must answer the
+    same."""
     from lsp.backend import completion_options, completion_request
-    from lsp.settings import Settings, parse_settings
+    from lsp.settings import settings_from
 
     loaded = _reference_backend()
-    options = completion_options(parse_settings({**tiny_options(), **settings}, Settings()))
+    options = completion_options(settings_from({**tiny_options(), **settings}))
     completion = loaded.pipeline.complete(completion_request(uri, text, line, character), options,
                                           cancel=threading.Event())
     return completion.text if completion is not None else ""
@@ -128,13 +138,18 @@ def reference(uri: str, text: str, line: int, character: int, **settings) -> str
 def tiny_server(pulled: dict | None = None, **settings):
     """A module-scoped pytest-lsp fixture: the real server over stdio, initialized with
     `tiny_options(**settings)` (its result kept as `init_result`), the models loaded; shut down
-    after the module. With `pulled`, the client answers workspace/configuration with it. The
-    fixture takes the name it is assigned to: `client = tiny_server(maxNewTokens=16)`."""
-    @pytest_lsp.fixture(scope="module", config=server_config())
+    after the module. Server options among `settings` go on its command line. With `pulled`, the
+    client answers workspace/configuration with it. The fixture takes the name it is assigned
+    to: `client = tiny_server(maxNewTokens=16)`."""
+    from lsp.settings import split_options
+
+    section, options = split_options(tiny_options(**settings))
+
+    @pytest_lsp.fixture(scope="module", config=server_config(options=options))
     async def started(lsp_client: LanguageClient):
         if pulled is not None:
             lsp_client.set_configuration(dict(pulled), section="specfill")
-        lsp_client.init_result = await lsp_client.initialize_session(init_params(tiny_options(**settings)))
+        lsp_client.init_result = await lsp_client.initialize_session(init_params(section))
         await wait_loaded(lsp_client)
         yield
         await lsp_client.shutdown_session()
@@ -199,7 +214,8 @@ async def stats(client) -> dict:
 async def reset(client: TestClient, settings: dict, timeout: float = 90.0) -> None:
     """Put a shared server back where a test expects it: no open documents, exactly `settings`
     in force (every other setting at its default, also for a later configuration pull), the
-    models those settings name loaded, nothing in flight."""
+    models those settings name loaded, nothing in flight. (Server options are the server's own,
+    from its command line: `tiny_server`.)"""
     from lsp.settings import Settings, parse_settings
 
     for uri in list(client.open_documents):

@@ -128,9 +128,11 @@ async def test_specfill_serve_speaks_lsp_on_stdout_only():
 
 def test_the_command_line_loads_no_torch_before_a_subcommand_runs():
     # `specfill serve` points stdout at stderr first; torch must not load (and may not
-    # write to stdout) before that, so importing the command line imports no engine.
+    # write to stdout) before that. The engine's modules that need no model (engine.remote,
+    # engine.settings) import no torch: engine/__init__.py loads the rest on first use.
     probe = ("import sys, cli.main; "
-             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+             "print(sorted(m for m in ('torch', 'transformers', 'engine.engine', 'engine.models') "
+             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=SERVER_ENV, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr

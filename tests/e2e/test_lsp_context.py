@@ -20,11 +20,12 @@ MAIN_URI = "file:///work/app/main.py"
 MAIN = "import util\n\n\ndef run(items):\n    total = 0\n    \n"
 UTIL_URI = "file:///work/app/util.py"
 UTIL = "".join(f"def helper_{i}(x):\n    return x * {i}\n\n" for i in range(60))   # 180 lines
-SETTINGS = {**tiny_options(), "extraTokens": 512, "maxNewTokens": 8,
-            "extraContextFrom": "open,edits,yanks,visits"}
+SETTINGS = {**tiny_options(), "extraTokens": 512, "maxNewTokens": 8}
 
 
-shared = tiny_server(**SETTINGS)
+# The sources are a server option (extraContextFrom): one server takes all of them, one only yanks.
+shared = tiny_server(**SETTINGS, extraContextFrom="open,edits,yanks,visits")
+yanks_only = tiny_server(**SETTINGS, extraContextFrom="yanks")
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -78,8 +79,9 @@ async def test_yanked_text_and_visited_lines_reach_the_prompt(client):
     assert chunks[-1]["text"] == yanked
 
 
-async def test_extra_context_from_setting_chooses_the_sources(client):
-    await reset(client, {**SETTINGS, "extraContextFrom": "yanks"})
+async def test_the_extra_context_from_option_chooses_the_sources(yanks_only):
+    client = yanks_only
+    await reset(client, SETTINGS)
     open_doc(client, MAIN_URI, MAIN)
     open_doc(client, UTIL_URI, UTIL)
     change_doc(client, UTIL_URI, 2, (120, 0), (120, 0), "NOT_NOTED = 1\n")

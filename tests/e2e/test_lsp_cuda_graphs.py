@@ -1,7 +1,8 @@
-"""The `cudaGraphs` setting over the wire: the real server over stdio (pytest-lsp, tiny model pair
-on the CPU, `device: cpu` even where a GPU exists). Asked for CUDA graphs where the models cannot
-have them, the server says so in one warning, keeps running and completes with the plain forward;
-the setting is part of what names the loaded models, so changing it loads them again."""
+"""The `cudaGraphs` server option: the real server over stdio (pytest-lsp, tiny model pair on the
+CPU, `device: cpu` even where a GPU exists), started with `--option cudaGraphs=true`. Asked for CUDA
+graphs where the models cannot have them, the server says so in one warning, keeps running and
+completes with the plain forward; the option stays in force when the editor's settings load the
+models again."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,7 @@ import pytest
 from lsprotocol import types
 
 from lsp.backend import cuda_graphs_note, load_backend
-from lsp.settings import Settings, parse_settings
+from lsp.settings import Options, settings_from
 from tests.e2e.lsp_helpers import (ended_loads, inline, items, open_doc, push_settings, reference,
                                    stats, tiny_options, tiny_server, wait_loaded)
 
@@ -39,7 +40,7 @@ async def test_cuda_graphs_on_the_cpu_give_one_warning_and_completions_still_wor
     assert warning.message == ("specfill: cudaGraphs needs a CUDA device: the models run on cpu, "
                                "with plain forward passes")
     s = await stats(client)
-    assert s["settings"]["cudaGraphs"] is True and s["models"]["loaded"]
+    assert s["options"]["cudaGraphs"] is True and s["models"]["loaded"]
     assert s["server"]["load_failures"] == 0
     uri = "file:///work/graphs_warned.py"
     open_doc(client, uri, DOC)
@@ -48,28 +49,25 @@ async def test_cuda_graphs_on_the_cpu_give_one_warning_and_completions_still_wor
 
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.timeout(300)
-async def test_changing_cuda_graphs_loads_the_models_again(client):
+async def test_the_option_outlives_a_reload_and_no_editor_can_turn_it_off(client):
     uri = "file:///work/graphs_reloaded.py"
     open_doc(client, uri, DOC)
     loads = len(ended_loads(client))
     warned = len(graph_warnings(client))
-    push_settings(client, {**tiny_options(), **SHORT, "cudaGraphs": False})
-    assert (await wait_loaded(client, loads + 1)).startswith("ready")
-    assert len(graph_warnings(client)) == warned          # nothing to say with them off
-    assert (await stats(client))["settings"]["cudaGraphs"] is False
-    await completes_like_the_pipeline(client, uri)
-
-    push_settings(client, {**tiny_options(), **SHORT, "cudaGraphs": True})
-    assert (await wait_loaded(client, loads + 2)).startswith("ready")
-    assert len(graph_warnings(client)) == warned + 1      # said again for the new load
+    # an editor's section that still names it: told it is an option, and it stays on
+    push_settings(client, {**tiny_options(), **SHORT, "cudaGraphs": False, "maxCacheTokens": 4096})
+    assert (await wait_loaded(client, loads + 1)).startswith("ready")   # maxCacheTokens: a reload
+    assert len(graph_warnings(client)) == warned + 2      # no longer a setting, and said again for the load
+    assert any("cudaGraphs is no longer a setting" in m.message for m in graph_warnings(client)[warned:])
+    s = await stats(client)
+    assert s["options"]["cudaGraphs"] is True and s["settings"]["maxCacheTokens"] == 4096
     await completes_like_the_pipeline(client, uri)
 
 
 def test_a_remote_target_is_told_that_graphs_are_for_local_models():
     # No connection is made: a remote engine probes its server on the first request.
-    loaded = load_backend(parse_settings({"targetModel": "http://127.0.0.1:9", "cudaGraphs": True},
-                                         Settings()))
+    loaded = load_backend(settings_from({"targetModel": "http://127.0.0.1:9", "cudaGraphs": True}))
     assert cuda_graphs_note(loaded) == ("cudaGraphs is for local models: a remote target runs its "
                                         "own forward passes")
-    off = dataclasses.replace(loaded, settings=loaded.settings.replace(cudaGraphs=False))
+    off = dataclasses.replace(loaded, settings=loaded.settings.replace(options=Options()))
     assert cuda_graphs_note(off) is None

@@ -50,6 +50,32 @@ async def test_an_unknown_setting_is_named_once_with_the_closest_known_one():
         await stop_client(client)
 
 
+async def test_a_removed_setting_is_one_line_saying_where_it_went_and_the_rest_applies():
+    """An editor's config from before: benchmark switches are server options now, and the remote
+    connection is one object. Each old name is one warning line; nothing else is lost."""
+    section = {"enable": False, "maxLines": 3, "kvReuse": False, "apiKeyEnv": "TEAM_KEY",
+               "remote": {"readTimeout": 500}}
+    client = await started(section, pulled=section)
+    try:
+        await wait_until(lambda: shown(client, "kvReuse"), 30, "the notice")
+        await asyncio.sleep(1.0)   # the pull is not told again
+        [notice] = shown(client, "no longer a setting")
+        assert notice.type == types.MessageType.Warning
+        assert notice.message.split("; ") == [
+            "specfill: specfill.apiKeyEnv is no longer a setting: it is specfill.remote.apiKeyEnv",
+            "ignored",
+            "specfill.kvReuse is no longer a setting: it is a server option "
+            "(specfill serve --option kvReuse=VALUE)",
+            "ignored",
+            "unknown setting 'remote.readTimeout' (did you mean remote.readTimeoutMs?)",
+            "ignored"]
+        s = await stats(client)
+        assert s["settings"]["maxLines"] == 3 and s["settings"]["enable"] is False
+        assert s["options"]["kvReuse"] is True and s["settings"]["remote"]["apiKeyEnv"] == ""
+    finally:
+        await stop_client(client)
+
+
 async def test_an_invalid_value_is_one_notice_whatever_route_it_came_by():
     section = {"enable": False, "temperature": 5}
     client = await started(section, pulled=section)
@@ -143,7 +169,7 @@ async def test_invalid_utf8_from_an_editor_is_read_and_refused_as_complete_refus
     assert "not valid UTF-8 text (line 1, column 4)" in reason
 
 
-shared = tiny_server(maxNewTokens=16)
+shared = tiny_server(maxNewTokens=16, maxDocumentChars=1000)   # an option: the smallest limit
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -159,8 +185,7 @@ async def test_a_document_over_max_document_chars_is_reported_and_explained(clie
     def on_document_status(params):
         statuses.append(params)
 
-    push_settings(client, {**tiny_options(maxNewTokens=16), "maxDocumentChars": 1000})
-    await wait_for_setting(client, "maxDocumentChars", 1000)
+    assert (await stats(client))["options"]["maxDocumentChars"] == 1000
     uri = "file:///work/big.py"
     open_doc(client, uri, "x = 1\n" * 300)   # 1800 characters
     assert items(await inline(client, uri, 10, 0)) == []

@@ -17,12 +17,14 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)
 DOC = "import os\n\n\ndef add(a, b):\n    \n\n\ndef read(path):\n    with open(path) as f:\n        \n"
 URI = "file:///work/prefetch.py"
 SHORT = {"maxNewTokens": 16}
-# Long answers (decoded to maxNewTokens, about 1.5 s here): a prefetch is still decoding when
-# the next keystroke comes.
-LONG = {"maxNewTokens": 512, "multiline": "always", "maxLines": 200, "stopWhileDecoding": False}
+# Long answers (decoded to maxNewTokens, about 1.5 s here, by a server started with the option
+# stopWhileDecoding false): a prefetch is still decoding when the next keystroke comes.
+LONG = {"maxNewTokens": 512, "multiline": "always", "maxLines": 200}
+DECODE_ALL = {"stopWhileDecoding": False}
 
 
 client = tiny_server(**SHORT)
+decoding_all = tiny_server(**SHORT, **DECODE_ALL)
 
 
 async def until(client, predicate, what: str) -> dict:
@@ -99,7 +101,8 @@ async def test_the_request_after_an_accept_is_answered_from_the_prefetch(client)
     assert s["prefetch"]["run"] == 1
 
 
-async def test_a_keystroke_elsewhere_stops_the_prefetch_and_gets_its_own_answer(client):
+async def test_a_keystroke_elsewhere_stops_the_prefetch_and_gets_its_own_answer(decoding_all):
+    client = decoding_all
     await reset(client, tiny_options(**LONG))
     open_doc(client, URI, DOC)
     item, _ = await shown_suggestion(client, 4, 4)
@@ -119,7 +122,7 @@ async def test_a_keystroke_elsewhere_stops_the_prefetch_and_gets_its_own_answer(
     assert s["pipeline"]["background_cancelled"] == before["pipeline"]["background_cancelled"] + 1
     assert s["pipeline"]["cancelled"] == before["pipeline"]["cancelled"]
     typed = DOC.replace("def add(a, b):\n    \n", "def add(a, b):\n    x\n")
-    assert [i.insert_text for i in answer] == [t for t in [reference(URI, typed, 4, 5, **LONG)] if t]
+    assert [i.insert_text for i in answer] == [t for t in [reference(URI, typed, 4, 5, **LONG, **DECODE_ALL)] if t]
 
 
 async def test_prefetch_false_turns_it_off(client):

@@ -14,7 +14,7 @@ from lsprotocol import types
 from tests.e2e.lsp_helpers import (SERVER_COMMAND, SERVER_ENV, change_doc, frame, init_params, inline,
                          items, make_client, open_doc, parse_frames, push_settings, reference, reset,
                          server_stdin, stats, stop_client, tiny_options, tiny_server,
-                         wait_for_setting, wait_loaded, wait_until)
+                         wait_loaded, wait_until)
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
@@ -24,6 +24,7 @@ GOOD_AT = (1, 18)
 
 
 shared = tiny_server(maxNewTokens=16)
+holding = tiny_server(maxNewTokens=16, debounceMs=1000)   # holds each request 1 s on the server
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -32,6 +33,13 @@ async def client(shared):
     await reset(shared, tiny_options(maxNewTokens=16))
     open_doc(shared, GOOD_URI, GOOD)
     return shared
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def held(holding):
+    """The server that holds each request 1 s before decoding it, with no documents open."""
+    await reset(holding, tiny_options(maxNewTokens=16))
+    return holding
 
 
 async def still_serving(client) -> None:
@@ -97,7 +105,8 @@ async def test_binary_junk_document(client):
 async def test_malformed_settings_get_a_message_and_change_nothing(client):
     settings_before = (await stats(client))["settings"]
     for bad in ("not an object", [1, 2, 3], {"temperature": "NaN"}, {"maxNewTokens": {"a": 1}},
-                {"multiline": None, "draftModel": ""}):
+                {"multiline": None, "draftModel": ""}, {"remote": "http://gpu:8080"},
+                {"remote": {"readTimeoutMs": "soon"}}):
         before = len(client.messages)
         push_settings(client, bad)
         await wait_until(lambda: len(client.messages) > before, 30, f"message for {bad!r}")
@@ -126,10 +135,9 @@ async def test_a_burst_of_a_thousand_requests(client):
     await still_serving(client)
 
 
-async def test_requests_across_many_documents_are_capped(client):
+async def test_requests_across_many_documents_are_capped(held):
     """At most MAX_INFLIGHT (4) requests wait or decode at once; older ones are dropped."""
-    push_settings(client, {"debounceMs": 1000})
-    await wait_for_setting(client, "debounceMs", 1000)
+    client = held
     uris = [f"file:///work/many{i}.py" for i in range(6)]
     for uri in uris:
         open_doc(client, uri, GOOD)

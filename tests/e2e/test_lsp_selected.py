@@ -28,9 +28,9 @@ def expected(uri: str, text: str, line: int, character: int) -> tuple[str, int]:
     """What the pipeline itself (in this process, same tiny pair and settings) answers at a
     codepoint position: (text, characters it replaces after the cursor)."""
     from lsp.backend import completion_options, completion_request
-    from lsp.settings import Settings, parse_settings
+    from lsp.settings import settings_from
 
-    options = completion_options(parse_settings({**tiny_options(), **SETTINGS}, Settings()))
+    options = completion_options(settings_from({**tiny_options(), **SETTINGS}))
     c = _reference_backend().pipeline.complete(completion_request(uri, text, line, character), options,
                                                cancel=threading.Event())
     assert c is not None, f"the tiny pair should complete {text!r} at {line}:{character}"

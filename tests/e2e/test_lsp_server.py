@@ -1,7 +1,8 @@
 """The real specfill server process over stdio, driven by pytest-lsp, with a real tiny model pair
-(tests/tiny_models.py). One server process for the module (loading models is the slow part);
-before every test `reset` closes every document and puts the settings back, so each test
-stands alone and can run by itself or in any order."""
+(tests/tiny_models.py). One server process for the module (loading models is the slow part),
+and one that holds every request on the server for a while (the debounceMs option), for what
+happens to a request that waits; before every test `reset` closes every document and puts the
+settings back, so each test stands alone and can run by itself or in any order."""
 from __future__ import annotations
 
 import asyncio
@@ -33,12 +34,22 @@ PULLED = {"maxNewTokens": 24}   # what the client answers to workspace/configura
 
 
 shared = tiny_server(pulled=PULLED)
+HOLD_MS = 3000   # how long the second server holds a request before decoding it
+holding = tiny_server(pulled=PULLED, debounceMs=HOLD_MS)
 
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def client(shared):
     await reset(shared, {**tiny_options(), **PULLED})
     return shared
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def held(holding):
+    """The server that holds each request HOLD_MS before decoding it."""
+    await reset(holding, {**tiny_options(), **PULLED})
+    assert (await stats(holding))["options"]["debounceMs"] == HOLD_MS
+    return holding
 
 
 def ref(uri: str, text: str, line: int, character: int, **settings) -> str:
@@ -139,9 +150,10 @@ async def test_inline_completion_equals_the_pipeline_at_a_non_ascii_position(cli
     assert s["server"]["completions"] >= 1 and s["pipeline"]["requests"] >= 1
 
 
-async def test_a_percent_encoded_uri_and_its_plain_spelling_are_one_document(client):
+async def test_a_percent_encoded_uri_and_its_plain_spelling_are_one_document(held):
     """VS Code percent-encodes a path with a space or non-ASCII characters; the server knows
     the document by one key whichever spelling a message uses."""
+    client = held
     encoded = Path("/work/my project/naïve façade.py").as_uri()
     plain = "file:///work/my project/naïve façade.py"
     assert encoded == "file:///work/my%20project/na%C3%AFve%20fa%C3%A7ade.py" != plain
@@ -151,8 +163,6 @@ async def test_a_percent_encoded_uri_and_its_plain_spelling_are_one_document(cli
     assert [i.insert_text for i in items(await inline(client, plain, 1, 11))] == \
         ([expected] if expected else [])
     # A request under one spelling supersedes the one in flight under the other.
-    push_settings(client, {"debounceMs": 1000})
-    await wait_for_setting(client, "debounceMs", 1000)
     superseded = (await stats(client))["server"]["superseded"]
     first = asyncio.ensure_future(inline(client, encoded, 1, 11))
     await asyncio.sleep(0.05)
@@ -214,9 +224,8 @@ async def test_a_push_without_values_makes_the_server_pull(client):
     await wait_for_setting(client, "maxNewTokens", 12)
 
 
-async def test_a_newer_request_for_the_document_supersedes_the_one_in_flight(client):
-    push_settings(client, {"debounceMs": 1000})
-    await wait_for_setting(client, "debounceMs", 1000)
+async def test_a_newer_request_for_the_document_supersedes_the_one_in_flight(held):
+    client = held
     uri = "file:///work/super.py"
     text = "def area(r):\n    return \n"
     open_doc(client, uri, text)
@@ -230,9 +239,8 @@ async def test_a_newer_request_for_the_document_supersedes_the_one_in_flight(cli
     assert (await stats(client))["server"]["superseded"] == superseded + 1
 
 
-async def test_cancel_request_during_debounce_answers_request_cancelled(client):
-    push_settings(client, {"debounceMs": 3000})
-    await wait_for_setting(client, "debounceMs", 3000)
+async def test_cancel_request_during_debounce_answers_request_cancelled(held):
+    client = held
     open_doc(client, DOC_URI, DOC)
     cancelled = (await stats(client))["server"]["cancelled"]
     fut = asyncio.ensure_future(client.protocol.send_request_async(

@@ -161,7 +161,19 @@ def to_lua(value) -> str:
 def server_settings() -> dict:
     target, draft = tiny_pair_dirs()
     return {"targetModel": target, "draftModel": draft, "device": "cpu", "maxNewTokens": 24,
-            "multiline": "always", "debounceMs": 0}
+            "multiline": "always"}
+
+
+def server_setup(settings: dict) -> dict:
+    """The plugin's `cmd` and `settings` for a server over stdio: the server options among
+    `settings` (lsp/settings.py Options) go on its command line, the rest is the section."""
+    from lsp.settings import split_options
+
+    section, options = split_options(settings)
+    cmd = [sys.executable, "-m", "lsp"]
+    for name, value in options.items():
+        cmd += ["--option", f"{name}={json.dumps(value) if isinstance(value, bool) else value}"]
+    return {"cmd": cmd, "settings": section}
 
 
 @contextlib.contextmanager
@@ -183,10 +195,10 @@ def nvim_in_new_folder(prefix: str, setup: dict, file_name: str, before_setup: s
 @contextlib.contextmanager
 def attached_nvim(prefix: str, settings: dict, file_name: str, before_setup: str = "",
                   files: dict[str, str] | None = None):
-    """A real Neovim with the plugin set up (`settings` for a server over stdio), on `file_name`
-    in a new temporary folder where `files` were written first, once the server attached; closed
-    and removed afterwards."""
-    setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 30}
+    """A real Neovim with the plugin set up (`settings` for a server over stdio, server options
+    among them), on `file_name` in a new temporary folder where `files` were written first, once
+    the server attached; closed and removed afterwards."""
+    setup = {**server_setup(settings), "debounce_ms": 30}
     with nvim_in_new_folder(prefix, setup, file_name, before_setup, files) as nv:
         nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
         yield nv
@@ -469,7 +481,12 @@ def test_config_lua_lists_every_server_setting_with_its_default():
     schema = sync.server_schema()
     config_lua = (PLUGIN / "lua" / "specfill" / "config.lua").read_text()
     for entry in schema:
-        assert f"--   {entry['name']} = {sync.lua_literal(entry['default'])}\n" in config_lua, entry["name"]
+        outer, dot, inner = entry["name"].partition(".")
+        if dot:   # a nested setting sits in its table, as Lua writes it: remote = { apiKey = "" }
+            assert f"--   {outer} = {{\n" in config_lua, outer
+            assert f"--     {inner} = {sync.lua_literal(entry['default'])}\n" in config_lua, entry["name"]
+        else:
+            assert f"--   {outer} = {sync.lua_literal(entry['default'])}\n" in config_lua, entry["name"]
     # And config.lua is what sync_settings.py writes from the server's table now.
     assert config_lua == sync.with_settings_comment(config_lua, schema), (
         "config.lua is stale: run python editors/nvim/scripts/sync_settings.py")

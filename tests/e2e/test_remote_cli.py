@@ -74,12 +74,12 @@ def test_api_key_from_the_environment(llama_server_binary, target_gguf, prompt_f
     try:
         monkeypatch.setenv("SPECFILL_TEST_KEY", "team-key-9431")
         code, out, err = generate(capsys, keyed.url, prompt_file, "--max-new-tokens", "8", "--json",
-                                  "--set", "apiKeyEnv=SPECFILL_TEST_KEY")
+                                  "--set", "remote.apiKeyEnv=SPECFILL_TEST_KEY")
         assert code == 0, err
         assert "team-key" not in out and json.loads(out)["stats"]["new_tokens"] >= 1
 
         monkeypatch.setenv("SPECFILL_TEST_KEY", "wrong-key-1177")
-        code, out, err = generate(capsys, keyed.url, prompt_file, "--set", "apiKeyEnv=SPECFILL_TEST_KEY")
+        code, out, err = generate(capsys, keyed.url, prompt_file, "--set", "remote.apiKeyEnv=SPECFILL_TEST_KEY")
         assert_one_line_error(code, out, err, "401", "the API key was refused", "apiKeyEnv")
         assert "wrong-key" not in err
 
@@ -111,7 +111,7 @@ def test_read_timeout_on_a_stopped_server(llama_server_binary, target_gguf, prom
     s = LlamaServer(llama_server_binary, target_gguf).start()
     try:
         os.kill(s.proc.pid, signal.SIGSTOP)
-        code, out, err = generate(capsys, s.url, prompt_file, "--set", "readTimeoutMs=500")
+        code, out, err = generate(capsys, s.url, prompt_file, "--set", "remote.readTimeoutMs=500")
         assert_one_line_error(code, out, err, "no answer within 0.5 s (read timeout)")
         os.kill(s.proc.pid, signal.SIGCONT)
         code, out, err = generate(capsys, s.url, prompt_file, "--max-new-tokens", "4")
@@ -141,10 +141,11 @@ def test_bad_answers(http_server, prompt_file, capsys, stream, words):  # noqa: 
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--set", "caBundle=/no/such/ca.pem"], "CA bundle '/no/such/ca.pem' is not a file"),
+    (["--set", "remote.caBundle=/no/such/ca.pem"], "CA bundle '/no/such/ca.pem' is not a file"),
     (["--backend", "tgi"], "invalid choice: 'tgi'"),
     (["--set", "prefixTokens=512"], "--set prefixTokens: not a remote target's setting"),
-    (["--set", "readTimeoutMs=5"], "readTimeoutMs"),
+    (["--set", "remote.readTimeoutMs=5"], "remote.readTimeoutMs"),
+    (["--set", "apiKeyEnv=TEAM_KEY"], "specfill.apiKeyEnv is no longer a setting: it is specfill.remote.apiKeyEnv"),
     (["--draft", "ngram"], "--draft chooses local models"),
     (["--device", "cpu"], "--device chooses local models"),
 ])

@@ -306,7 +306,7 @@ async def test_language_server_tells_once_answers_empty_and_recovers(remote_lsp,
         "".join(RemoteTarget(RemoteSettings(url=s.url)).stream(InfillPrompt("def f(x):\n    ", ""),
                                                                 GenerationSettings(max_new_tokens=4)))
         held = _wait_idle(s)
-        await lsp_client.initialize_session(init_params({"targetModel": s.url, "debounceMs": 0,
+        await lsp_client.initialize_session(init_params({"targetModel": s.url,
                                                          "extraTokens": 0, "maxNewTokens": 24}))
         await wait_loaded(lsp_client)
         await wait_until(lambda: lsp_client.statuses, 30, "the status after loading")

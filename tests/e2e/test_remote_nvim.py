@@ -19,8 +19,8 @@ STATUSLINE = "require('specfill').statusline()"
 
 def test_statusline_shows_a_failing_remote_until_it_answers_again(llama_server_binary, target_gguf):  # noqa: F811
     server = LlamaServer(llama_server_binary, target_gguf).start()
-    settings = {"targetModel": server.url, "maxNewTokens": 16, "debounceMs": 0, "extraTokens": 0,
-                "connectTimeoutMs": 2000}
+    settings = {"targetModel": server.url, "maxNewTokens": 16, "extraTokens": 0,
+                "remote": {"connectTimeoutMs": 2000}}
     setup = {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 0}
     try:
         with nvim_in_new_folder("sfrn", setup, "remote.py") as nv:

@@ -37,7 +37,7 @@ async def test_a_remote_target_prefetches_and_the_accept_is_answered_from_the_ca
     client = remote_lsp
     server = LlamaServer(llama_server_binary, target_gguf).start()
     try:
-        await client.initialize_session(init_params({"targetModel": server.url, "debounceMs": 0,
+        await client.initialize_session(init_params({"targetModel": server.url,
                                                      "extraTokens": 0, "maxNewTokens": 24}))
         await wait_loaded(client)
         open_doc(client, URI, DOC)

@@ -59,15 +59,14 @@ def test_every_server_setting_is_a_vscode_setting_with_its_default_range_and_des
         assert prop is not None, f"specfill.{entry['name']} missing from package.json"
         assert prop["default"] == entry["default"], entry["name"]
         assert entry["description"] in prop["markdownDescription"], entry["name"]
-        if isinstance(entry["type"], list):  # `auto` or a number: a drop-down of both
-            assert prop["enum"][0] == entry["default"]
-            assert prop["enum"][1:] == [str(i) for i in range(entry["min"], entry["max"] + 1)]
+        assert prop.get("pattern") == entry.get("pattern"), entry["name"]
+        if isinstance(entry["type"], list):  # `auto` or a number: text checked by the pattern
+            assert prop["type"] == "string" and "enum" not in prop, entry["name"]
         else:
             assert prop["type"] == entry["type"], entry["name"]
             assert prop.get("minimum") == entry.get("min"), entry["name"]
             assert prop.get("maximum") == entry.get("max"), entry["name"]
             assert prop.get("enum") == entry.get("enum"), entry["name"]
-            assert prop.get("pattern") == entry.get("pattern"), entry["name"]
     server_keys = {"specfill." + e["name"] for e in schema}
     extension_keys = set(props) - server_keys
     assert extension_keys == set(sync_settings.EXTENSION_SETTINGS)

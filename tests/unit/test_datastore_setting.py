@@ -1,5 +1,5 @@
-"""The `datastore` setting and `specfill generate --datastore`: validated like every setting, a
-model key, and on the command line a file that cannot serve the target is one line naming it
+"""The `datastore` server option and `specfill generate --datastore`: validated like every
+setting, a model key, and on the command line a file that cannot serve the target is one line naming it
 (exit 2, as other load errors); `none` and `auto` both work on the shipped pair, give the same
 greedy text, and only `auto` (the pair ships a datastore.npz) has lookup proposals from it."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from engine.drafters import datastore
 from lsp.cli import complete_main
-from lsp.settings import MODEL_KEYS, Settings, SettingsError, parse_assignment, parse_settings
+from lsp.settings import Options, Settings, SettingsError, parse_assignment, parse_options, settings_from
 from tests.e2e.test_cli_errors import assert_one_line_error, in_process
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,17 +30,17 @@ def generate(capsys, prompt_file: str, *args: str) -> tuple[int, str, str]:
     return in_process(["generate", "--prompt-file", prompt_file, "--max-new-tokens", "32", *args], capsys)
 
 
-def test_the_setting_is_auto_by_default_keeps_a_paths_case_and_reloads_the_models():
-    assert Settings().datastore == "auto" and "datastore" in MODEL_KEYS
-    assert parse_settings({"datastore": " NONE "}, Settings()).datastore == "none"
-    assert parse_settings({"datastore": "Auto"}, Settings()).datastore == "auto"
-    assert parse_settings({"datastore": "/Stores/Mine.npz"}, Settings()).datastore == "/Stores/Mine.npz"
-    assert parse_settings({"datastore": None}, Settings(datastore="none")).datastore == "auto"
+def test_the_option_is_auto_by_default_keeps_a_paths_case_and_names_the_loaded_models():
+    assert Options().datastore == "auto"
+    assert parse_options({"datastore": " NONE "}).datastore == "none"
+    assert parse_options({"datastore": "Auto"}).datastore == "auto"
+    assert parse_options({"datastore": "/Stores/Mine.npz"}).datastore == "/Stores/Mine.npz"
+    assert parse_options({"datastore": None}, Options(datastore="none")).datastore == "auto"
     assert parse_assignment("datastore=none") == ("datastore", "none")
-    assert Settings(datastore="none").model_key() != Settings().model_key()
+    assert settings_from({"datastore": "none"}).model_key() != Settings().model_key()
     for bad in ("", "   ", 3, True):
-        with pytest.raises(SettingsError, match="specfill.datastore"):
-            parse_settings({"datastore": bad}, Settings())
+        with pytest.raises(SettingsError, match="option datastore"):
+            parse_options({"datastore": bad})
 
 
 def test_a_missing_datastore_file_is_one_line_naming_it(prompt_file, capsys):

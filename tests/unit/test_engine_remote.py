@@ -16,7 +16,7 @@ from completion.pipeline import CompletionOptions, CompletionPipeline, Completio
 from engine.remote import (PROBE_EXTRA, Health, InfillPrompt, RemoteEngine, RemoteError, RemoteSettings, RemoteTarget,
                            ServerInfo, TextPrompt, infill_indent)
 from engine.settings import GenerationSettings
-from lsp.settings import Settings, parse_settings
+from lsp.settings import Settings, SettingsError, parse_settings
 
 PROPS = {"default_generation_settings": {"n_ctx": 512}, "model_path": "m.gguf", "total_slots": 1}
 
@@ -184,14 +184,17 @@ def test_bad_settings_are_one_line():
 
 
 def test_api_key_is_never_shown(monkeypatch):
-    s = parse_settings({"targetModel": "http://h:1", "apiKey": "sekrit-key-123"}, Settings())
+    s = parse_settings({"targetModel": "http://h:1", "remote": {"apiKey": "sekrit-key-123"}}, Settings())
     assert "sekrit" not in repr(s) and "sekrit" not in json.dumps(s.to_dict())
-    assert s.apiKey == "sekrit-key-123" and s.to_dict()["apiKey"] == "(set)"
+    assert s.remote.apiKey == "sekrit-key-123" and s.to_dict()["remote"]["apiKey"] == "(set)"
     r = RemoteSettings(url="http://h:1", api_key="sekrit-key-123")
     assert "sekrit" not in repr(r)
     monkeypatch.setenv("TEAM_KEY", "from-env")
     assert RemoteSettings(url="http://h:1", api_key_env="TEAM_KEY").key() == "from-env"
-    assert parse_settings({"apiKey": ""}, s).apiKey == ""
+    assert parse_settings({"remote": {"apiKey": ""}}, s).remote.apiKey == ""
+    with pytest.raises(SettingsError) as err:   # a bad value never shows a key either
+        parse_settings({"remote": {"apiKey": 12345}}, Settings())
+    assert "12345" not in str(err.value) and "(set)" in str(err.value)
 
 
 # llama.cpp's answers to the probe (tools/server: the model's FIM tokens are checked before the body)

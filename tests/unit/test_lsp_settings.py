@@ -14,10 +14,11 @@ from completion.context import MAX_DOCUMENT_CHARS
 from engine.settings import DEVICES, DTYPES, MAX_DRAFT_LENGTH
 from lsp.cli import parse_location, parse_tcp
 from lsp.positions import split_lines, to_client, to_codepoints
-from lsp.settings import (FIELDS, FIM_TEMPLATES, Settings, SettingsError, closest_setting,
-                          document_too_large, markdown_table, parse_assignment, parse_settings,
-                          parse_settings_leniently,
-                          schema, unknown_keys, unknown_setting)
+from lsp.settings import (FIELDS, FIM_TEMPLATES, OPTION_FIELDS, REMOTE_FIELDS, Options, Remote, Settings,
+                          SettingsError, closest_setting, document_too_large, integer_pattern,
+                          markdown_table, options_markdown_table, options_schema, parse_assignment,
+                          parse_options, parse_settings, parse_settings_leniently, removed_setting,
+                          schema, settings_from, split_options, unknown_keys, unknown_setting)
 
 
 def test_defaults_name_the_builtin_pair_and_keep_remote_code_off():
@@ -37,10 +38,26 @@ def test_values_are_applied_and_coerced():
 
 
 def test_missing_keys_keep_previous_and_null_resets_to_default():
-    prev = parse_settings({"maxNewTokens": 9, "debounceMs": 5}, Settings())
+    prev = parse_settings({"maxNewTokens": 9, "timeBudgetMs": 5}, Settings())
     s = parse_settings({"maxNewTokens": None}, prev)
-    assert s.maxNewTokens == Settings().maxNewTokens and s.debounceMs == 5
+    assert s.maxNewTokens == Settings().maxNewTokens and s.timeBudgetMs == 5
     assert parse_settings(None, prev) is prev
+
+
+def test_the_remote_connection_is_one_object_whose_keys_apply_one_by_one():
+    s = parse_settings({"targetModel": "http://h:1", "remote": {"backend": "LlamaCpp", "readTimeoutMs": "500"}},
+                       Settings())
+    assert s.remote == Remote(backend="llamacpp", readTimeoutMs=500)
+    # as in the section itself: a key left out keeps its value, null is its default
+    s = parse_settings({"remote": {"apiKeyEnv": "TEAM_KEY", "readTimeoutMs": None}}, s)
+    assert s.remote == Remote(backend="llamacpp", apiKeyEnv="TEAM_KEY")
+    assert parse_settings({"remote": None}, s).remote == Remote()
+    # VS Code names a nested setting with a dot: the same object
+    assert parse_settings({"remote.backend": "openai", "remote": {"verifyTls": False}}, Settings()).remote == \
+        Remote(backend="openai", verifyTls=False)
+    # the key is a secret in what the server shows
+    keyed = parse_settings({"remote": {"apiKey": "sekrit"}}, Settings())
+    assert keyed.to_dict()["remote"]["apiKey"] == "(set)" and "sekrit" not in repr(keyed)
 
 
 def test_the_settings_table_loads_no_torch_and_reads_the_engines_own_limits():
@@ -62,6 +79,7 @@ def test_the_settings_table_loads_no_torch_and_reads_the_engines_own_limits():
 @pytest.mark.parametrize("typed, meant", [
     ("maxNewToken", "maxNewTokens"), ("draftLenght", "draftLength"), ("Temperature", "temperature"),
     ("specfill.maxLines", "maxLines"), ("enabled", "enable"), ("tempreature", "temperature"),
+    ("remote.apikey", "remote.apiKey"), ("remote.readTimeout", "remote.readTimeoutMs"), ("remot", "remote"),
     ("xyzzy", None),
 ])
 def test_an_unknown_setting_is_named_with_the_closest_known_one(typed, meant):
@@ -82,9 +100,28 @@ def test_an_unknown_setting_is_named_with_the_closest_known_one(typed, meant):
 
 def test_names_are_derived_from_the_table():
     # Whatever the table holds: every field is known, and a field's own name is never unknown.
-    for name in FIELDS:
+    for name in [*FIELDS, "remote", *(f"remote.{k}" for k in REMOTE_FIELDS)]:
         assert closest_setting(name) == name
         assert unknown_keys({name: None}) == []
+    assert unknown_keys({"remote": {"apikey": "x", "backend": "auto"}}) == ["remote.apikey"]
+
+
+@pytest.mark.parametrize("name, where", [
+    ("kvReuse", "server option (specfill serve --option kvReuse=VALUE)"),
+    ("debounceMs", "server option (specfill serve --option debounceMs=VALUE)"),
+    ("maxDocumentChars", "server option"), ("cudaGraphs", "server option"), ("fimLayout", "server option"),
+    ("apiKey", "it is specfill.remote.apiKey"), ("backend", "it is specfill.remote.backend"),
+    ("readTimeoutMs", "it is specfill.remote.readTimeoutMs"),
+])
+def test_a_removed_setting_is_one_line_saying_where_it_went(name, where):
+    """An editor that still sends a setting that became a server option or moved into `remote`:
+    one line saying so; the rest of the section applies."""
+    line = unknown_setting(name, list_known=False)
+    assert line.startswith(f"specfill.{name} is no longer a setting") and where in line and "\n" not in line
+    assert removed_setting(f"specfill.{name}") == line
+    raw = {name: True, "maxNewTokens": 7}
+    assert unknown_keys(raw) == [name]
+    assert parse_settings(raw, Settings()) == Settings(maxNewTokens=7)   # ignored, nothing else lost
 
 
 def test_a_document_is_too_large_past_max_document_chars():
@@ -114,17 +151,47 @@ def test_unknown_keys_are_ignored_but_reported():
     ("maxNewTokens", True), ("maxNewTokens", -1), ("temperature", "hot"),
     ("temperature", float("nan")), ("temperature", 3), ("multiline", "sometimes"),
     ("enable", 1), ("device", "tpu"), ("device", "cuda:"), ("device", "cuda:x"), ("device", "mps:1"),
-    ("dtype", "int4"), ("fimTemplate", "gpt"),
-    ("fimLayout", "mps"), ("targetModel", ""), ("targetModel", "none"), ("draftModel", 3),
-    ("debounceMs", 10**6), ("trustRemoteCode", "yes please"), ("maxDocumentChars", "big"),
-    ("cudaGraphs", 1), ("cudaGraphs", "on"),
+    ("dtype", "int4"), ("fimTemplate", "gpt"), ("targetModel", ""), ("targetModel", "none"),
+    ("draftModel", 3), ("trustRemoteCode", "yes please"), ("remote", 5), ("remote.readTimeoutMs", 50),
+    ("remote.backend", "grpc"), ("remote.apiKeyEnv", "NOT A NAME"), ("remote.verifyTls", "no"),
 ])
 def test_invalid_values_name_setting_value_and_allowed(name, value):
     with pytest.raises(SettingsError) as err:
         parse_settings({name: value, "maxNewTokens": 3} if name != "maxNewTokens" else {name: value},
                        Settings())
     msg = str(err.value)
-    assert f"specfill.{name}" in msg and repr(value) in msg and "allowed:" in msg
+    assert f"specfill.{name}: {value!r}" in msg and "allowed:" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("name, value", [
+    ("fimLayout", "mps"), ("debounceMs", 10**6), ("maxDocumentChars", "big"), ("cudaGraphs", 1),
+    ("cudaGraphs", "on"), ("draftPromptTokens", 8), ("extraContextFrom", "open,nowhere"), ("datastore", ""),
+])
+def test_invalid_options_name_option_value_and_allowed(name, value):
+    with pytest.raises(SettingsError) as err:
+        parse_options({name: value})
+    assert f"option {name}: {value!r}" in str(err.value) and "allowed:" in str(err.value)
+
+
+def test_options_are_no_editor_setting_and_come_apart_from_the_settings():
+    values = {"maxNewTokens": 5, "kvReuse": False, "remote.readTimeoutMs": 400, "debounceMs": 7}
+    section, options = split_options(values)
+    assert section == {"maxNewTokens": 5, "remote.readTimeoutMs": 400}
+    assert options == {"kvReuse": False, "debounceMs": 7}
+    s = settings_from(values)
+    assert (s.maxNewTokens, s.remote.readTimeoutMs) == (5, 400)
+    assert s.options == Options(kvReuse=False, debounceMs=7)
+    # an editor's section cannot set one: it keeps the options it had
+    assert parse_settings(values, s).options == s.options
+    assert parse_settings({"kvReuse": True}, s).options.kvReuse is False
+    # the settings the server shows are an editor's; the options apart
+    assert set(s.to_dict()) == {*FIELDS, "remote"} and s.options.to_dict()["debounceMs"] == 7
+    with pytest.raises(SettingsError, match="did you mean kvReuse"):
+        settings_from({"kvReuse": False, "kvReus": True})
+    with pytest.raises(SettingsError, match="maxNewTokens is a setting, not a server option"):
+        parse_options({"maxNewTokens": 3})
+    with pytest.raises(SettingsError, match=r"unknown option 'debounce' \(did you mean debounceMs\?\)"):
+        parse_assignment("debounce=3", options_only=True)
 
 
 def test_section_must_be_an_object():
@@ -136,27 +203,41 @@ def test_fim_choices_match_the_completion_templates():
     from completion.templates import FAMILIES, LAYOUTS
 
     assert set(FIM_TEMPLATES) == set(FAMILIES)
-    assert set(FIELDS["fimLayout"].metadata["choices"]) == {"auto", *LAYOUTS}
+    assert set(OPTION_FIELDS["fimLayout"].metadata["choices"]) == {"auto", *LAYOUTS}
 
 
 def test_schema_cli_lists_every_setting_with_default_and_description():
     out = subprocess.run([sys.executable, "-m", "lsp.settings", "--schema"], check=True,
                          capture_output=True, text=True).stdout
     entries = {e["name"]: e for e in json.loads(out)}
-    assert list(entries) == list(FIELDS)
-    for name, f in FIELDS.items():
+    assert list(entries) == [*FIELDS, *(f"remote.{k}" for k in REMOTE_FIELDS)]
+    for name, f in [*FIELDS.items(), *((f"remote.{k}", f) for k, f in REMOTE_FIELDS.items())]:
         assert entries[name]["default"] == f.default and entries[name]["description"]
     assert entries["multiline"]["enum"] == ["auto", "always", "never"]
     assert entries["draftLength"]["min"] == 1 and entries["draftLength"]["max"] == MAX_DRAFT_LENGTH
-    assert len(markdown_table().splitlines()) == len(FIELDS) + 2
-    assert [e["name"] for e in schema()] == list(FIELDS)
+    assert entries["remote.apiKey"]["secret"] is True
+    assert len(markdown_table().splitlines()) == len(entries) + 2
+    assert [e["name"] for e in schema()] == list(entries)
+    assert len(entries) <= 30 and not set(entries) & set(OPTION_FIELDS)
+    assert [e["name"] for e in options_schema()] == list(OPTION_FIELDS)
+    assert len(options_markdown_table().splitlines()) == len(OPTION_FIELDS) + 2
+
+
+def test_an_integer_range_is_one_pattern_for_python_and_javascript():
+    import re
+
+    for lo, hi in [(0, 0), (1, 16), (16, 32768), (0, 5000), (9, 10), (100, 600000), (123, 4567)]:
+        pattern = re.compile(f"^({integer_pattern(lo, hi)})$")
+        assert [n for n in range(0, 2 * hi + 20) if pattern.match(str(n))] == list(range(lo, hi + 1))
+        assert not pattern.match(f"0{lo}") and not pattern.match(f"-{lo}") and not pattern.match(f"{lo}.0")
+    assert integer_pattern(1, 16) == "[1-9]|1[0-6]"
 
 
 def test_limits_and_lists_are_the_lower_layers_own():
     """The server keeps no document the pipeline would refuse, and offers exactly the devices,
     dtypes and draft lengths the engine takes."""
     entries = {e["name"]: e for e in schema()}
-    assert entries["maxDocumentChars"]["max"] == MAX_DOCUMENT_CHARS
+    assert {e["name"]: e for e in options_schema()}["maxDocumentChars"]["max"] == MAX_DOCUMENT_CHARS
     assert entries["dtype"]["enum"] == list(DTYPES)
     for device in DEVICES:
         assert parse_settings({"device": device}, Settings()).device == device
@@ -164,7 +245,7 @@ def test_limits_and_lists_are_the_lower_layers_own():
     with pytest.raises(SettingsError):
         parse_settings({"draftLength": MAX_DRAFT_LENGTH + 1}, Settings())
     with pytest.raises(SettingsError):
-        parse_settings({"maxDocumentChars": MAX_DOCUMENT_CHARS + 1}, Settings())
+        parse_options({"maxDocumentChars": MAX_DOCUMENT_CHARS + 1})
 
 
 def test_the_engine_takes_every_device_the_settings_accept():
@@ -183,16 +264,17 @@ def test_the_engine_takes_every_device_the_settings_accept():
         pick_device("tpu")
 
 
-def test_cuda_graphs_is_an_off_by_default_switch_that_reloads_the_models():
-    assert Settings().cudaGraphs is False
-    on = parse_settings({"cudaGraphs": True}, Settings())
-    assert on.cudaGraphs is True
-    assert parse_settings({"cudaGraphs": "FALSE"}, on).cudaGraphs is False
-    assert parse_settings({"cudaGraphs": None}, on).cudaGraphs is False   # null: the default
+def test_cuda_graphs_is_an_off_by_default_option_of_the_loaded_models():
+    assert Options().cudaGraphs is False
+    on = settings_from({"cudaGraphs": True})
+    assert on.options.cudaGraphs is True
+    assert settings_from({"cudaGraphs": "FALSE"}, on).options.cudaGraphs is False
+    assert settings_from({"cudaGraphs": None}, on).options.cudaGraphs is False   # null: the default
     assert parse_assignment("cudaGraphs=true") == ("cudaGraphs", True)
-    # Graphs are captured per loaded model, so turning them on or off means loading again.
+    assert parse_assignment("cudaGraphs=true", options_only=True) == ("cudaGraphs", True)
+    # Graphs are captured per loaded model: models with and without them are not the same load.
     assert on.model_key() != Settings().model_key()
-    assert on.replace(cudaGraphs=False).model_key() == Settings().model_key()
+    assert on.replace(options=Options()).model_key() == Settings().model_key()
 
 
 def test_the_readme_settings_table_is_the_generated_one():
@@ -208,11 +290,16 @@ def test_the_readme_settings_table_is_the_generated_one():
 def test_command_line_assignments_are_validated_like_editor_settings():
     assert parse_assignment("maxNewTokens=32") == ("maxNewTokens", 32)
     assert parse_assignment("kvReuse=false") == ("kvReuse", False)
+    assert parse_assignment("fimLayout=PSM") == ("fimLayout", "psm")
     assert parse_assignment("device=cuda:1") == ("device", "cuda:1")
     assert parse_assignment("targetModel=/models/a=b") == ("targetModel", "/models/a=b")
-    for bad in ("maxNewTokens", "draftLenght=3", "draftLength=99", "=3"):
+    assert parse_assignment("remote.readTimeoutMs=500") == ("remote.readTimeoutMs", 500)
+    for bad in ("maxNewTokens", "draftLenght=3", "draftLength=99", "=3", "remote.timeout=3",
+                "remote.readTimeoutMs=5"):
         with pytest.raises(SettingsError):
             parse_assignment(bad)
+    with pytest.raises(SettingsError, match="it is specfill.remote.apiKeyEnv"):
+        parse_assignment("apiKeyEnv=KEY")
 
 
 def test_tcp_binds_loopback_unless_a_host_is_given():
@@ -265,14 +352,30 @@ def test_every_value_the_vscode_settings_ui_can_send_is_accepted():
     config = json.loads(manifest.read_text())["contributes"]["configuration"]
     sections = config if isinstance(config, list) else [config]
     props = {k: v for section in sections for k, v in section["properties"].items()}
-    names = {k.split(".", 1)[1]: v for k, v in props.items() if k.split(".", 1)[1] in FIELDS}
-    assert set(names) == set(FIELDS)
+    entries = {e["name"]: e for e in schema()}
+    names = {k.split(".", 1)[1]: v for k, v in props.items() if k.split(".", 1)[1] in entries}
+    assert set(names) == set(entries)
+    assert not any(f"specfill.{name}" in props for name in OPTION_FIELDS)   # options are no editor setting
     for name, prop in names.items():
         assert parse_settings({name: prop["default"]}, Settings()) == Settings(), name
+        assert len(prop.get("enum", [])) <= 20, name   # choices, never a list of every number
         for value in prop.get("enum", []):
             parse_settings({name: value}, Settings())
         for bound in ("minimum", "maximum"):
             if bound in prop:
                 parse_settings({name: prop[bound]}, Settings())
         if "pattern" in prop:   # the settings UI checks typed text against it, as JavaScript would
-            assert prop["pattern"] == FIELDS[name].metadata["pattern"]
+            assert prop["pattern"] == entries[name]["pattern"]
+    # `auto` or an integer: text the pattern takes is exactly what the server takes
+    import re
+
+    draft_length = re.compile(names["draftLength"]["pattern"])
+    assert names["draftLength"]["type"] == "string"
+    for typed in ["auto", *map(str, range(-2, MAX_DRAFT_LENGTH + 5)), "04", "4.0", "fast", ""]:
+        try:
+            parse_settings({"draftLength": typed}, Settings())
+            takes = typed == typed.strip() and not typed.startswith("0")
+        except SettingsError:
+            takes = False
+        assert bool(draft_length.match(typed)) == takes, typed
+    assert manifest.stat().st_size < 100_000

@@ -62,13 +62,26 @@ def lua_literal(value) -> str:
 
 
 def settings_comment(schema: list[dict]) -> list[str]:
-    """The comment lines for every setting: `name = default`, then what it does and allows."""
+    """The comment lines for every setting: `name = default`, then what it does and allows. A
+    nested setting (`remote.apiKey`) is written inside its table, as Lua writes it:
+    `remote = { apiKey = ... }`."""
     lines = [BEGIN]
+    table = None   # the table whose fields are being written
     for entry in schema:
-        lines.append(f"  --   {entry['name']} = {lua_literal(entry['default'])}")
+        outer, dot, inner = entry["name"].partition(".")
+        if table is not None and outer != table:
+            lines.append("  --   },")
+            table = None
+        if dot and table is None:
+            lines.append(f"  --   {outer} = {{")
+            table = outer
+        indent = "  --     " if dot else "  --   "
+        lines.append(f"{indent}{inner if dot else outer} = {lua_literal(entry['default'])}")
         about = f"{entry['description']} Allowed: {entry['allowed']}."
-        lines += textwrap.wrap(about, WIDTH, initial_indent="  --       ",
-                               subsequent_indent="  --       ", break_on_hyphens=False)
+        lines += textwrap.wrap(about, WIDTH, initial_indent=indent + "    ",
+                               subsequent_indent=indent + "    ", break_on_hyphens=False)
+    if table is not None:
+        lines.append("  --   },")
     lines.append(END)
     return lines
 

@@ -16,7 +16,7 @@
 // (showPrevious) and reads the one it comes back to, then Tab, saves and reads the file back.
 // Scenario `restart`: reads the suggestion after the keystroke, kills the server (SIGKILL) between
 // requests, waits until the status bar is ready again and types again for a new suggestion; then
-// kills it again while a request waits on the server (specfill.debounceMs holds it there) and
+// kills it again while a request waits on the server (the server option debounceMs holds it there) and
 // does the same. Every notification shown on the way is recorded.
 // Scenario `why`: asks for a suggestion where the answer is empty (Trigger Inline Suggestion at
 // the end of line E2E_LINE), reads what "specfill: Show Stats" says of the run, then opens each
@@ -459,7 +459,7 @@ async function restart(page, codeServerPid) {
   await page.screenshot({ path: path.join(out, '2-restarted.png') });
   result.afterBetween = await typeForSuggestion(page, '\n');
   step('suggestion again', { suggestion: result.afterBetween });
-  // 2. While a request waits on the server (its debounceMs).
+  // 2. While a request waits on the server (its debounceMs option).
   await page.keyboard.press('Escape');
   await page.keyboard.type('\n');
   await new Promise((r) => setTimeout(r, 800));

@@ -235,6 +235,7 @@ def pipeline_answer(settings: dict, uri: str, text: str, at: tuple[int, int] | N
 
     server = parse_settings({k.removeprefix("specfill."): v for k, v in settings.items()
                              if k.startswith("specfill.") and not k.startswith("specfill.server.")}, Settings())
+    # (the server options on its command line, in specfill.server.args, change no answer here)
     lines = text.split("\n")
     line, character = at if at is not None else (len(lines) - 1, len(lines[-1]))
     found = load_backend(server).pipeline.complete(
@@ -333,8 +334,9 @@ def test_a_server_that_cannot_start_says_so_in_the_status_bar_and_shows_its_log(
 def test_a_killed_server_is_started_again_with_one_notice_each_time(vsix, tmp_path):
     settings = {
         **tiny_pair_settings(),
-        # A request waits this long on the server before decoding: the second kill lands in one.
-        "specfill.debounceMs": 3000,
+        # A request waits this long on the server before decoding (the server option debounceMs):
+        # the second kill lands in one.
+        "specfill.server.args": ["-m", "lsp", "--option", "debounceMs=3000"],
         "specfill.draftLength": "3",
     }
     seen, out = drive(vsix, tmp_path, "restart", settings, text=FILE_TEXT, E2E_TYPE=TYPED)
@@ -363,7 +365,7 @@ def test_the_status_bar_and_stats_say_why_nothing_is_shown(vsix, tmp_path):
     settings = {
         **tiny_pair_settings(),
         "specfill.multiline": "never",   # at the end of the def line the tiny pair's first line is empty
-        "specfill.maxDocumentChars": 1000,
+        "specfill.server.args": ["-m", "lsp", "--option", "maxDocumentChars=1000"],   # a server option
         "[markdown]": {"specfill.enable": False},
     }
     uri = (tmp_path / "ws" / "example.py").as_uri()

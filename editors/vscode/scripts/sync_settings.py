@@ -3,7 +3,9 @@ server's command ids and specfill/* method names into src/serverCommands.ts.
 
 The server's settings table (lsp/settings.py, `python -m lsp.settings --schema`) is the one
 source of truth for names, defaults, ranges and descriptions; this turns each entry into a VS
-Code setting `specfill.<name>`. Settings of the extension itself (EXTENSION_SETTINGS) are kept.
+Code setting `specfill.<name>` (a nested one `specfill.remote.<name>`: VS Code reads dotted names as
+one object, `remote`, which is what the server takes). Settings of the extension itself
+(EXTENSION_SETTINGS) are kept; the server's options are no editor setting and are not here.
 The executeCommand ids and the methods come from lsp/commands.py (the Neovim plugin gets the
 same table from editors/nvim/scripts/sync_settings.py).
 
@@ -103,20 +105,20 @@ def vscode_property(entry: dict, order: int) -> dict:
     prop: dict = {}
     type_ = entry["type"]
     if isinstance(type_, list):
-        # `auto` or a number (draftLength): a drop-down of strings; the extension sends numbers.
+        # A keyword or an integer (draftLength: `auto` or 1-16): text, checked by the server's
+        # pattern as it is typed; the server reads the number from it.
         prop["type"] = "string"
-        prop["enum"] = [entry["default"]] + [str(i) for i in range(entry["min"], entry["max"] + 1)]
     else:
         prop["type"] = type_
         if "enum" in entry:
             prop["enum"] = entry["enum"]
-        if "pattern" in entry:
-            prop["pattern"] = entry["pattern"]
-            prop["patternErrorMessage"] = f"Allowed: {entry['allowed'].replace('`', '')}"
         if "min" in entry:
             prop["minimum"] = entry["min"]
         if "max" in entry:
             prop["maximum"] = entry["max"]
+    if "pattern" in entry:
+        prop["pattern"] = entry["pattern"]
+        prop["patternErrorMessage"] = f"Allowed: {entry['allowed'].replace('`', '')}"
     prop["default"] = entry["default"]
     prop["markdownDescription"] = f"{entry['description']} Allowed: {entry['allowed']}."
     if entry["name"] in MACHINE_SCOPED:

@@ -11,6 +11,7 @@ export interface ConfigurationLike {
 export interface PropertySpec {
   type?: string | string[];
   enum?: unknown[];
+  pattern?: string;
   default?: unknown;
 }
 
@@ -34,27 +35,29 @@ export function serverSettingSpecs(packageJson: unknown): Map<string, PropertySp
   return specs;
 }
 
-/** One value as the server wants it. Numbers offered as a drop-down of strings (draftLength:
- *  "auto", "1".."16") go over the wire as numbers. Anything else is passed on untouched: the
- *  server validates and answers a bad value with a message that names it. */
-export function toServerValue(spec: PropertySpec, value: unknown): unknown {
-  if (typeof value === 'string' && spec.type === 'string' && Array.isArray(spec.enum) && /^\s*\d+\s*$/.test(value)) {
-    return Number(value);
-  }
-  return value;
-}
-
 /** The `specfill` settings section for the server (initializationOptions,
- *  workspace/configuration answers and workspace/didChangeConfiguration). */
+ *  workspace/configuration answers and workspace/didChangeConfiguration). Values go as the user
+ *  wrote them (draftLength "6" too: the server reads the number): the server validates and
+ *  answers a bad value with a message that names it. A dotted name (`remote.apiKey`) goes inside
+ *  its object (`remote: {apiKey}`), as the server takes it. */
 export function toServerSettings(
   config: ConfigurationLike,
   specs: Map<string, PropertySpec>,
 ): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [name, spec] of specs) {
+  for (const name of specs.keys()) {
     const value = config.get<unknown>(name);
-    if (value !== undefined) {
-      out[name] = toServerValue(spec, value);
+    if (value === undefined) {
+      continue;
+    }
+    const dot = name.indexOf('.');
+    if (dot < 0) {
+      out[name] = value;
+    } else {
+      const outer = name.slice(0, dot);
+      const nested = (out[outer] ?? {}) as Record<string, unknown>;
+      nested[name.slice(dot + 1)] = value;
+      out[outer] = nested;
     }
   }
   return out;

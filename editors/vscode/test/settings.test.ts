@@ -42,7 +42,7 @@ test('every server setting comes from the manifest, extension keys do not', () =
 
 test('defaults give the server its own defaults, typed', () => {
   const sent = toServerSettings(configWith({}), specs);
-  assert.deepEqual(Object.keys(sent).sort(), [...specs.keys()].sort());
+  assert.deepEqual(Object.keys(sent).sort(), [...new Set([...specs.keys()].map((k) => k.split('.')[0]))].sort());
   assert.equal(sent.draftLength, 'auto');
   assert.equal(sent.targetModel, 'default');
   assert.equal(sent.trustRemoteCode, false);
@@ -50,10 +50,41 @@ test('defaults give the server its own defaults, typed', () => {
   assert.ok(!('server.command' in sent) && !('server' in sent) && !('trace' in sent));
 });
 
-test('draftLength chosen from the drop-down reaches the server as a number', () => {
-  assert.equal(toServerSettings(configWith({ draftLength: '6' }), specs).draftLength, 6);
-  assert.equal(toServerSettings(configWith({ draftLength: 6 }), specs).draftLength, 6);
+test('draftLength is text checked by the manifest pattern: auto or 1-16', () => {
+  const spec = properties['specfill.draftLength'];
+  assert.equal(spec.type, 'string');
+  assert.ok(!('enum' in spec), 'no list of every number');
+  const pattern = new RegExp(spec.pattern);
+  for (const ok of ['auto', '1', '9', '10', '16']) {
+    assert.ok(pattern.test(ok), ok);
+  }
+  for (const bad of ['0', '17', '04', '-1', '4.0', 'fast', '', ' 4']) {
+    assert.ok(!pattern.test(bad), bad);
+  }
+  assert.match(spec.patternErrorMessage, /auto or an integer 1-16/);
+  // sent as typed: the server reads the number from the text
+  assert.equal(toServerSettings(configWith({ draftLength: '6' }), specs).draftLength, '6');
   assert.equal(toServerSettings(configWith({ draftLength: 'auto' }), specs).draftLength, 'auto');
+});
+
+test('the remote connection is one object for the server, one setting each in VS Code', () => {
+  for (const key of ['backend', 'apiKey', 'apiKeyEnv', 'verifyTls', 'caBundle', 'connectTimeoutMs', 'readTimeoutMs']) {
+    assert.ok(specs.has('remote.' + key), key);
+  }
+  const sent = toServerSettings(configWith({ 'remote.apiKeyEnv': 'TEAM_KEY', 'remote.readTimeoutMs': 500 }), specs);
+  assert.deepEqual(sent.remote, {
+    backend: 'auto', apiKey: '', apiKeyEnv: 'TEAM_KEY', verifyTls: true, caBundle: '',
+    connectTimeoutMs: 3000, readTimeoutMs: 500,
+  });
+  assert.ok(!Object.keys(sent).some((k) => k.includes('.')), 'no dotted key on the wire');
+});
+
+test('the manifest is small and holds no server option', () => {
+  const size = fs.statSync(path.join(__dirname, '..', '..', 'package.json')).size;
+  assert.ok(size < 100_000, `package.json is ${size} bytes`);
+  for (const option of ['kvReuse', 'debounceMs', 'maxDocumentChars', 'cudaGraphs', 'fimLayout', 'datastore']) {
+    assert.ok(!properties['specfill.' + option], option);
+  }
 });
 
 test('user values pass through unchanged, invalid ones too (the server reports them)', () => {

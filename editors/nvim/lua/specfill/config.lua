@@ -27,7 +27,7 @@ M.defaults = {
   --   targetModel = "default"
   --       The model whose output you get: `default` (the shipped pair), a Hugging Face hub id (must
   --       already be in the local cache), a local directory, or the `http(s)://` URL of a server
-  --       that runs it (llama.cpp, vLLM, TGI, Ollama; see `backend`). Allowed: `default`, hub id,
+  --       that runs it (llama.cpp, vLLM, TGI, Ollama; see `remote`). Allowed: `default`, hub id,
   --       local path or URL.
   --   draftModel = "default"
   --       The small model that proposes tokens for the target to verify: `default`, a hub id, a
@@ -37,18 +37,13 @@ M.defaults = {
   --       Tokens drafted per target call; `auto` picks, each round, the drafter (prompt lookup, the
   --       draft model or none) and the length that give the most tokens per millisecond, from
   --       acceptance and costs it measures as it goes. Allowed: `auto` or an integer 1-16.
-  --   promptLookup = true
-  --       Draft from the text itself too (the prompt, recent completions, the whole document and
-  --       the other open documents) beside a draft model; the controller uses whichever pays.
-  --       Allowed: true or false.
-  --   datastore = "auto"
-  --       The target's own answers that prompt lookup drafts from too (a table made by `python -m
-  --       training.datastore`): `auto` (the target directory's `datastore.npz`, shipped with the
-  --       default pair), `none`, or a file path. Allowed: `auto`, `none` or a file path.
   --   maxNewTokens = 64
   --       Most tokens generated for one completion. Allowed: integer 1-1024.
   --   maxLines = 8
   --       Most lines in one multi-line completion. Allowed: integer 1-200.
+  --   multiline = "auto"
+  --       Multi-line completions: `auto` (one line when code follows the cursor), `always`, or
+  --       `never` (stop at the end of the line). Allowed: `auto`, `always`, `never`.
   --   temperature = 0.0
   --       Sampling temperature; 0 is greedy (output equals the target's own greedy output).
   --       Allowed: number 0-2.
@@ -71,31 +66,10 @@ M.defaults = {
   --       `int4` (a quarter, the fastest decoding, but verifying several tokens costs several times
   --       one); a small cost in quality (`python -m bench.quality`). The output is exactly that of
   --       the quantized target alone. Allowed: `none`, `int8`, `int4`.
-  --   cudaGraphs = false
-  --       Run the local models' forward passes as replayed CUDA graphs (the lean forward at fixed
-  --       shapes, each captured on its first call), which cuts the per-step launch overhead on a
-  --       GPU. CUDA only: on another device the server says so and runs them as usual. Off by
-  --       default: tried on one GPU model (H200) so far. Allowed: true or false.
   --   fimTemplate = "auto"
   --       Fill-in-the-middle prompt format; `auto` picks it from the target's tokenizer, `plain`
   --       completes from the prefix only. Allowed: `auto`, `codellama`, `starcoder`, `starcoder2`,
   --       `deepseek`, `qwen`, `codegemma`, `codestral`, `plain`.
-  --   draftFimTemplate = "auto"
-  --       The draft model's own prompt format (it may be another family than the target's).
-  --       Allowed: `auto`, `codellama`, `starcoder`, `starcoder2`, `deepseek`, `qwen`, `codegemma`,
-  --       `codestral`, `plain`.
-  --   draftPromptTokens = "auto"
-  --       Tokens of the draft model's prompt (its own tokens): the text nearest the cursor within
-  --       the target's window. `auto`: what the draft's config.json recommends
-  --       (`specfill_draft_prompt_tokens`; the shipped draft: 256, where it is accepted far more
-  --       often than with the whole window), else the whole window. Decoding stays lossless at any
-  --       value; `python -m bench.draft_window` compares values for your pair. Allowed: `auto` or
-  --       an integer 16-32768.
-  --   fimLayout = "auto"
-  --       Order of prefix and suffix in the prompt: PSM (prefix first), SPM (suffix first: typing
-  --       only appends, so the KV cache stays valid), or PSM-LINE (PSM whose middle begins with the
-  --       cursor line's text: typing within a line only appends); `auto`: SPM where the model
-  --       family was trained on it, else PSM-LINE. Allowed: `auto`, `psm`, `spm`, `psm-line`.
   --   prefixTokens = 1024
   --       Tokens of text before the cursor put in the prompt. Allowed: integer 16-32768.
   --   suffixTokens = 256
@@ -103,20 +77,6 @@ M.defaults = {
   --   extraTokens = 256
   --       Tokens of context taken from other open documents; 0 turns it off. Allowed: integer
   --       0-32768.
-  --   extraContextFrom = "open"
-  --       Where that context comes from (newest first within `extraTokens`): `open` (a document's
-  --       top when opened), `edits` (around its latest edit), `yanks` (text you yanked, Neovim),
-  --       `visits` (around the line you left a file at, and in Neovim where the cursor rested).
-  --       Only `open` by default: the others changed nothing the shipped pair shows (README, extra
-  --       context); try them with a pair trained on repository context. Allowed: comma-separated
-  --       `open`, `edits`, `yanks`, `visits`.
-  --   multiline = "auto"
-  --       Multi-line completions: `auto` (one line when code follows the cursor), `always`, or
-  --       `never` (stop at the end of the line). Allowed: `auto`, `always`, `never`.
-  --   debounceMs = 0
-  --       Server-side wait after a request before decoding starts; a newer request for the same
-  --       document during the wait replaces it. Editors already debounce and a superseded decode
-  --       stops within one step, so 0 (answer at once) is the default. Allowed: integer 0-5000.
   --   timeBudgetMs = 0
   --       Stop decoding after this many milliseconds and show what is ready; 0 = no limit. Allowed:
   --       integer 0-60000.
@@ -126,44 +86,6 @@ M.defaults = {
   --       least recently used document's cache goes first. Memory: this many tokens times the
   --       model's KV bytes per token (Qwen2.5-Coder-0.5B in bfloat16: 12 KB; CodeLlama-7B: 512 KB).
   --       Allowed: integer 256-131072.
-  --   kvReuse = true
-  --       Keep the models' KV caches between requests, so a keystroke recomputes only the changed
-  --       end of the prompt; off only to measure what reuse saves. Allowed: true or false.
-  --   lookupDocuments = true
-  --       Prompt lookup (`draftModel: ngram`, or `promptLookup`) reads the whole document and the
-  --       other open documents too, not only the prompt and recent completions (their text
-  --       tokenized in blocks of lines when a document opens, while the server is idle, and cached,
-  --       so a keystroke re-reads one block); off only to measure what that brings. Allowed: true
-  --       or false.
-  --   stopWhileDecoding = true
-  --       Stop decoding the moment the answer is decided (its last line is complete, a line
-  --       dedents, repeats the code below or loops), so a multi-line answer costs only what is
-  --       shown; off only to measure what this saves (the text shown is the same). Allowed: true or
-  --       false.
-  --   maxDocumentChars = 2000000
-  --       Documents longer than this (characters) get no completions and are not kept in memory.
-  --       Allowed: integer 1000-8000000.
-  --   backend = "auto"
-  --       How to talk to a remote `targetModel` (a URL): `llamacpp` (llama.cpp's `/infill`, the
-  --       server builds the FIM prompt), `openai` (`/v1/completions` with the prompt built by
-  --       specfill, for vLLM, TGI, Ollama) or `auto` (ask the server). Allowed: `auto`, `llamacpp`,
-  --       `openai`.
-  --   apiKey = ""
-  --       API key sent to a remote `targetModel` (as `Authorization: Bearer`); never logged or
-  --       shown in stats. Prefer `apiKeyEnv`. Allowed: a string (empty: none).
-  --   apiKeyEnv = ""
-  --       Name of an environment variable of the server process that holds the API key (used when
-  --       `apiKey` is empty). Allowed: an environment variable name (empty: none).
-  --   verifyTls = true
-  --       Check a remote `https://` server's certificate; off only for a test server. Allowed: true
-  --       or false.
-  --   caBundle = ""
-  --       A CA bundle file (PEM) to check a remote server's certificate against, for a private CA.
-  --       Allowed: a file path (empty: the system's CAs).
-  --   connectTimeoutMs = 3000
-  --       Longest wait to connect to a remote `targetModel`. Allowed: integer 100-60000.
-  --   readTimeoutMs = 30000
-  --       Longest wait for the next part of a remote answer. Allowed: integer 100-600000.
   --   trustRemoteCode = false
   --       Allow model repositories to run their own Python code when loading. Off unless you trust
   --       the model's source. Allowed: true or false.
@@ -172,6 +94,29 @@ M.defaults = {
   --       accepted, so accepting shows the following suggestion from the cache. It runs only while
   --       no request needs the models; a request anywhere else stops it at once. Allowed: true or
   --       false.
+  --   remote = {
+  --     backend = "auto"
+  --         How to talk to a remote `targetModel` (a URL): `llamacpp` (llama.cpp's `/infill`, the
+  --         server builds the FIM prompt), `openai` (`/v1/completions` with the prompt built by
+  --         specfill, for vLLM, TGI, Ollama) or `auto` (ask the server). Allowed: `auto`,
+  --         `llamacpp`, `openai`.
+  --     apiKey = ""
+  --         API key sent to the remote server (as `Authorization: Bearer`); never logged or shown
+  --         in stats. Prefer `apiKeyEnv`. Allowed: a string (empty: none).
+  --     apiKeyEnv = ""
+  --         Name of an environment variable of the server process that holds the API key (used when
+  --         `apiKey` is empty). Allowed: an environment variable name (empty: none).
+  --     verifyTls = true
+  --         Check a remote `https://` server's certificate; off only for a test server. Allowed:
+  --         true or false.
+  --     caBundle = ""
+  --         A CA bundle file (PEM) to check the remote server's certificate against, for a private
+  --         CA. Allowed: a file path (empty: the system's CAs).
+  --     connectTimeoutMs = 3000
+  --         Longest wait to connect to the remote server. Allowed: integer 100-60000.
+  --     readTimeoutMs = 30000
+  --         Longest wait for the next part of a remote answer. Allowed: integer 100-600000.
+  --   },
   -- END server settings
   settings = {},
 
@@ -184,7 +129,7 @@ M.defaults = {
   -- false = only on the `request` key.
   auto_trigger = true,
 
-  -- Client-side wait after the last keystroke before asking (the server debounces too).
+  -- Client-side wait after the last keystroke before asking (the server answers at once).
   debounce_ms = 50,
 
   -- No automatic request when more than this many characters of code follow the cursor on

@@ -1,5 +1,5 @@
 -- Where the user works, told to the server as extra context for completions in other buffers
--- (the server's `extraContextFrom` setting says what it uses): text yanked (TextYankPost ->
+-- (the server's `extraContextFrom` option says what it uses): text yanked (TextYankPost ->
 -- specfill/yanked) and the line the cursor was on when leaving a buffer or resting in it
 -- (BufLeave, CursorHold -> specfill/visited). Edits need nothing here: the server sees them
 -- as didChange. Nothing leaves the machine.

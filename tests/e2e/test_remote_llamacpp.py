@@ -319,7 +319,7 @@ async def test_language_server_tells_once_answers_empty_and_recovers(remote_lsp,
         await inline(lsp_client, URI, 11, len(lines[11]))
         report = await stats(lsp_client)
         assert report["pipeline"]["remote"]["backend"] == "llamacpp" and report["pipeline"]["remote"]["failing"] is None
-        assert report["settings"]["apiKey"] == ""
+        assert report["settings"]["remote"]["apiKey"] == ""
         s.kill()
         for line in (7, 6, 3):      # new positions: not served from the cache
             assert items(await inline(lsp_client, URI, line, len(lines[line]))) == []

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from completion import selected as selected_item
@@ -295,15 +296,18 @@ async def on_alternatives(ls: SpecfillServer, params: Any) -> types.InlineComple
     text shows) first; the others are sampled now, when the user asks to cycle."""
     p = telemetry.plain(params)
     try:
-        uri, line, character = p["textDocument"]["uri"], p["position"]["line"], p["position"]["character"]
+        uri = p["textDocument"]["uri"]
+        position = types.Position(line=int(p["position"]["line"]), character=int(p["position"]["character"]))
         info = (p.get("context") or {}).get("selectedCompletionInfo")
         selected = None if info is None else types.SelectedCompletionInfo(
             range=types.Range(start=types.Position(**info["range"]["start"]),
                               end=types.Position(**info["range"]["end"])), text=str(info["text"]))
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{commands.ALTERNATIVES} needs textDocument.uri and position (and a "
-                         f"selectedCompletionInfo with range and text, if any), got {p!r}") from exc
-    position = types.Position(line=line, character=character)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        # the Invalid Params answer a malformed textDocument/inlineCompletion gets (lsp/pygls_compat.py)
+        what = f"{type(exc).__name__}: {exc}" if isinstance(exc, (KeyError, AttributeError)) else str(exc)
+        raise JsonRpcInvalidParams(f"{commands.ALTERNATIVES}: invalid params: {what} (it needs "
+                                   f"textDocument.uri and position, and a selectedCompletionInfo with "
+                                   f"range and text, if any)") from None
     count = min(ls.state.settings.candidates, MAX_CANDIDATES)
     found = await completions_at(ls, uri, position, invoked=True, count=count, selected=selected)
     return types.InlineCompletionList(items=[inline_item(ls, text, rng) for text, rng in found])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 
 from lsp import commands
 from tests.e2e.lsp_helpers import (inline, items, open_doc, push_settings, stats, tiny_options, tiny_server,
@@ -151,5 +152,8 @@ async def test_alternatives_are_the_greedy_one_then_different_samples(client):
     assert len(set(ids)) == len(ids)   # each one reported on its own
     # The ordinary request still answers the greedy one (samples are not cached).
     assert [i.insert_text for i in items(await inline(client, DOC_URI, line, character))] == texts[:1]
-    with pytest.raises(Exception, match="needs textDocument.uri and position"):
+    with pytest.raises(JsonRpcInvalidParams, match="needs textDocument.uri and position"):
         await client.protocol.send_request_async(commands.ALTERNATIVES, {"position": {}})
+    # a position out of range: the Invalid Params answer textDocument/inlineCompletion gets
+    with pytest.raises(JsonRpcInvalidParams, match=r"invalid params: Position.line should be in range .* but was -1"):
+        await client.protocol.send_request_async(commands.ALTERNATIVES, {**params, "position": {"line": -1, "character": 0}})

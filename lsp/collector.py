@@ -12,8 +12,8 @@ live as long as the server, so after each load they are moved out of the collect
 and the same replay saw no pass over 5 ms.
 
 `settle` runs after a load, once the old models are dropped, so their cycles are collected first
-and never frozen. `PAUSES` counts every pass after the last settle for `specfill.stats`, so that a latency spike
-can be told apart from a slow model.
+and never frozen. `PAUSES` counts every pass after the last settle for `specfill.stats`, so that
+a latency spike can be told apart from a slow model.
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def _span(start: int, count: int) -> str:
 def line_edit(path: str, before: str, after: str, context: int = CONTEXT_LINES) -> Edit | None:
     """The lines that differ between `before` and `after` (their common head and tail lines
     trimmed), or None when the texts have the same lines."""
-    a, b = to_lf(before).split("\n"), to_lf(after).split("\n")
+    a, b = _lines(before), _lines(after)
     if a == b:
         return None
     head = 0
@@ -75,6 +75,12 @@ def line_edit(path: str, before: str, after: str, context: int = CONTEXT_LINES) 
         tail += 1
     return Edit(path, head, tuple(a[head:len(a) - tail]), tuple(b[head:len(b) - tail]),
                 tuple(a[max(0, head - context):head]), tuple(a[len(a) - tail:len(a) - tail + context]))
+
+
+def _lines(text: str) -> list[str]:
+    """The text's lines (LF; no empty line after a final line break)."""
+    lines = to_lf(text).split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 class EditHistory:

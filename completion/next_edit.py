@@ -209,7 +209,9 @@ class NextEditPrompt:
         if model.tokenizer.eos_token_id is not None:
             stops.append(model.tokenizer.eos_token_id)
         self.prompt_tokens = len(ids)
-        return TokenPrompt(ids, None, tuple(dict.fromkeys(stops)), copy_source=t.encode_infill(self.parts.region.text))
+        # the region as an answer that keeps it writes it: its lines and the line break after them
+        source = t.encode_infill(self.parts.region.text + "\n")
+        return TokenPrompt(ids, None, tuple(dict.fromkeys(stops)), copy_source=source)
 
     def server(self, info: ServerInfo) -> TextPrompt:
         if self.setting == "auto" and info.model:

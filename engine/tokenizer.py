@@ -9,19 +9,41 @@ names transformers' tokenizers use, so the code that takes either needs no branc
 tests/unit/test_engine_tokenizer.py holds it to transformers' answers on the real tokenizers.
 One difference: where a text holds an added token's string and `split_special_tokens` is off,
 transformers' Llama class puts no SentencePiece space after that token and `tokenizers` does;
-the engine keeps such strings as text (`split_special_tokens`, `encode_special_tokens`).
+the engine keeps such strings as text (`split_special_tokens`, `encode_special_tokens`). And
+where transformers' `split_special_tokens` still matches an added token that is not special
+(Qwen's FIM sentinels), the engine keeps that string as text too (`keep_control_tokens_as_text`).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
+
+# An added token that reads as a control string: `<|fim_prefix|>`, `<tool_call>`, `▁<PRE>`.
+CONTROL_TOKEN = re.compile(r"▁?<[^<>\s]+>")
 
 
 @dataclass(frozen=True)
 class AddedToken:
     content: str
     special: bool
+
+
+def keep_control_tokens_as_text(backend) -> None:
+    """Make `backend` (a `tokenizers.Tokenizer` encoding with `encode_special_tokens`) keep every
+    added token that reads as a control string as text where a text spells it. Qwen's tokenizer
+    adds its FIM sentinels (`<|fim_prefix|>`, `<|file_sep|>`, ...) as non-special tokens, which
+    `encode_special_tokens` alone still matches: a document that spells one would put the real
+    sentinel into the prompt. They are marked special here (their ids stay); prompts take
+    sentinels by id (completion/templates.py), never from text."""
+    from tokenizers import AddedToken as Added
+
+    loose = [t for t in backend.get_added_tokens_decoder().values()
+             if not t.special and CONTROL_TOKEN.fullmatch(t.content.strip())]
+    if loose:
+        backend.add_special_tokens([Added(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                                          normalized=t.normalized, special=True) for t in loose])
 
 
 def _content(value) -> str | None:
@@ -70,7 +92,9 @@ class FastTokenizer:
         backend.encode_special_tokens = True
         backend.no_truncation()
         backend.no_padding()
-        return cls(backend, config)
+        tokenizer = cls(backend, config)     # its special tokens as the files name them
+        keep_control_tokens_as_text(backend)
+        return tokenizer
 
     def get_vocab(self) -> dict[str, int]:
         return dict(self._vocab)

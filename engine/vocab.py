@@ -234,8 +234,11 @@ def plain_tokenizer(tokenizer):
     if hasattr(tokenizer, "text_backend"):      # engine.tokenizer.FastTokenizer keeps one
         return tokenizer.text_backend()
     from tokenizers import Tokenizer
+
+    from .tokenizer import keep_control_tokens_as_text
     plain = Tokenizer.from_str(backend.to_str())
     plain.encode_special_tokens = True  # sentinel text in user code is just text
+    keep_control_tokens_as_text(plain)
     plain.no_truncation()
     plain.no_padding()
     return plain

@@ -99,10 +99,13 @@ def _quantize(sources: dict, quantized: list[str], family: str, dtype, quantize:
         t = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
         read_into(file, start, info, t)
         if name in quantized:
-            return {f"{name}#{part}": v for part, v in make(t).items()}
-        out = {name: t.to(dtype) if dtype is not None and t.is_floating_point() else t}
-        if head_of_table and name == TABLES[family][0]:
-            out.update((f"lm_head.weight#{part}", v) for part, v in make(t).items())
+            out = {f"{name}#{part}": v for part, v in make(t).items()}
+        else:
+            out = {name: t.to(dtype) if dtype is not None and t.is_floating_point() else t}
+            if head_of_table and name == TABLES[family][0]:
+                out.update((f"lm_head.weight#{part}", v) for part, v in make(t).items())
+        del t
+        return_free_memory()
         return out
 
     tensors = {}

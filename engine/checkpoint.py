@@ -12,9 +12,11 @@ transformers (engine/models.py).
 """
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
+import platform
 from types import SimpleNamespace
 
 import torch
@@ -139,21 +141,33 @@ _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}
 
+# The maps the lean forward multiplies as one (engine/lean.py): their tensors are read side by
+# side into one buffer, so that fusing them copies nothing.
+FUSED = {"llama": (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")),
+         "qwen2": (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")), "gpt_bigcode": ()}
+# The tables the forward looks rows up in (never quantized).
+TABLES = {"llama": ("model.embed_tokens.weight",), "qwen2": ("model.embed_tokens.weight",),
+          "gpt_bigcode": ("transformer.wte.weight", "transformer.wpe.weight")}
 
-def _header(file: str) -> tuple[dict, int]:
-    """A safetensors file's header (name -> dtype, shape, data offsets) and where its data begins."""
+
+def header(file: str) -> tuple[dict, int, dict]:
+    """A safetensors file's header (name -> dtype, shape, data offsets), where its data begins,
+    and its metadata."""
     with open(file, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(size))
-    header.pop("__metadata__", None)
-    return header, 8 + size
+        if size > os.path.getsize(file):
+            raise ValueError(f"{file}: its header runs past the end of the file")
+        found = json.loads(f.read(size))
+    if not isinstance(found, dict):
+        raise ValueError(f"{file}: not a safetensors header")
+    return found, 8 + size, found.pop("__metadata__", None) or {}
 
 
 def checkpoint_numel(path: str) -> int:
     """How many values the checkpoint's tensors hold, read from the files' headers."""
     total = 0
     for file in weight_files(path):
-        for info in _header(file)[0].values():
+        for info in header(file)[0].values():
             n = 1
             for d in info["shape"]:
                 n *= d
@@ -161,35 +175,124 @@ def checkpoint_numel(path: str) -> int:
     return total
 
 
-def read_tensors(file: str, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors, each read into memory of its own (no mapping of the file,
-    whose pages would count as the process's while any tensor views them), floating ones in
-    `dtype` (None: as stored). Two threads read (a file read releases the GIL)."""
+def fusion_groups(names, family: str) -> list[list[str]]:
+    """`names` in groups whose tensors the forward concatenates by rows (FUSED: the same tensor of
+    sibling maps, as `model.layers.3.self_attn.{q,k,v}_proj.weight`), in the forward's order."""
+    groups: dict[tuple, dict[int, str]] = {}
+    for name in names:
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            fused = next((g for g in FUSED.get(family, ()) if part in g), None)
+            if fused is not None:
+                key = (".".join(parts[:i]), fused, ".".join(parts[i + 1:]))
+                groups.setdefault(key, {})[fused.index(part)] = name
+                break
+    return [[members[i] for i in range(len(key[1]))] for key, members in groups.items()
+            if len(members) == len(key[1])]
+
+
+def read_tensors(file: str, dtype: torch.dtype | None = None, family: str | None = None,
+                 names=None) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors (those in `names`, else all), each read into memory of its own
+    (no mapping of the file, whose pages would count as the process's while any tensor views
+    them), floating ones in `dtype` (None: as stored); the maps `family`'s forward fuses read side
+    by side into one buffer (fusion_groups). Two threads read (a file read releases the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    header, start = _header(file)
+    found, start, _ = header(file)
+    wanted = [n for n in found if names is None or n in names]
+    targets = {}     # name -> the slice of a group's buffer it is read into
+    for group in fusion_groups(wanted, family) if family else []:
+        infos = [found[n] for n in group]
+        if len({(i["dtype"], tuple(i["shape"][1:])) for i in infos}) == 1:
+            stored = _DTYPES[infos[0]["dtype"]]
+            into = dtype if dtype is not None and stored.is_floating_point else stored
+            buffer = torch.empty([sum(i["shape"][0] for i in infos), *infos[0]["shape"][1:]], dtype=into)
+            targets.update(zip(group, buffer.split([i["shape"][0] for i in infos])))
 
-    def read(item: tuple[str, dict]) -> tuple[str, torch.Tensor]:
-        name, info = item
-        begin, end = info["data_offsets"]
-        t = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
-        view = memoryview(t.view(-1).view(torch.uint8).numpy()) if end > begin else memoryview(b"")
-        with open(file, "rb", buffering=0) as f:
-            f.seek(start + begin)
-            while view:
-                got = f.readinto(view)
-                if not got:
-                    raise ValueError(f"{file}: {name} ends past the end of the file")
-                view = view[got:]
+    def read(name: str) -> tuple[str, torch.Tensor]:
+        info = found[name]
+        stored, into = _DTYPES[info["dtype"]], targets.get(name)
+        t = into if into is not None and into.dtype == stored else torch.empty(info["shape"], dtype=stored)
+        read_into(file, start, info, t)
+        if into is not None and t is not into:
+            into.copy_(t)
+            return name, into
         return name, t.to(dtype) if dtype is not None and t.is_floating_point() and t.dtype != dtype else t
 
     with ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(read, header.items()))
+        return dict(pool.map(read, wanted))
+
+
+def read_into(file: str, start: int, info: dict, t: torch.Tensor) -> None:
+    """Read one tensor of a safetensors file (its header entry `info`, data from `start`) into `t`."""
+    begin, end = info["data_offsets"]
+    if list(t.shape) != list(info["shape"]) or end - begin != t.numel() * t.element_size():
+        raise ValueError(f"{file}: a tensor's size does not match its shape")
+    view = memoryview(t.view(-1).view(torch.uint8).numpy()) if end > begin else memoryview(b"")
+    with open(file, "rb", buffering=0) as f:
+        f.seek(start + begin)
+        while view:
+            got = f.readinto(view)
+            if not got:
+                raise ValueError(f"{file}: a tensor ends past the end of the file")
+            view = view[got:]
+
+
+def map_tensor(file: str, start: int, info: dict) -> torch.Tensor:
+    """One tensor of a safetensors file as a private mapping of its bytes: only the pages read
+    (rows looked up) become resident, and they stay the file's, shared with the page cache."""
+    import numpy as np
+
+    dtype = _DTYPES[info["dtype"]]
+    begin, end = info["data_offsets"]
+    raw = np.memmap(file, dtype=np.uint8, mode="c", offset=start + begin, shape=(end - begin,))
+    return torch.from_numpy(raw).view(dtype).view(info["shape"])
+
+
+def write_tensors(file: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """`tensors` (contiguous, on the CPU) as a safetensors file, written from their own memory."""
+    names = {v: k for k, v in _DTYPES.items()}
+    entries, offset = {"__metadata__": metadata}, 0
+    for name, t in tensors.items():
+        size = t.numel() * t.element_size()
+        entries[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    head = json.dumps(entries).encode()
+    head += b" " * (-len(head) % 8)
+    with open(file, "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head)
+        for t in tensors.values():
+            if t.numel():
+                f.write(memoryview(t.contiguous().view(-1).view(torch.uint8).numpy()))
 
 
 def load_checkpoint(path: str, config, dtype: torch.dtype | None, device: torch.device) -> CheckpointModel:
     """The weights of a local checkpoint of a LEAN_FAMILIES model, in `dtype` (None: as stored)."""
     tensors = {}
     for file in weight_files(path):
-        tensors.update((name, t.to(device)) for name, t in read_tensors(file, dtype).items())
+        tensors.update((name, t.to(device)) for name, t in read_tensors(file, dtype, config.model_type).items())
     return CheckpointModel(config, tensors).eval()
+
+
+def return_free_memory() -> None:
+    """Hand memory freed while loading back to the system. Tensors freed on the loading threads
+    (a map's rows once packed, a weight once quantized or fused) stay in the C allocator's heaps,
+    which keep freed blocks resident; glibc's malloc_trim returns them. A no-op elsewhere."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    if platform.system() != "Linux":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None    # not glibc
+    except OSError:
+        return None

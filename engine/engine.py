@@ -48,7 +48,7 @@ class LocalEngine:
         except QuantizeError as exc:
             raise ModelLoadError(str(exc)) from None
         kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code,
-                  lean_only=config.lean)
+                  lean_only=config.lean, quantize=config.quantize)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
         self.pool = self._pool(self.target)
         self.draft: LoadedModel | None = None

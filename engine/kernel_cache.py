@@ -29,12 +29,16 @@ log = logging.getLogger("specfill.engine")
 LAYOUT = 1     # the file's layout: entries of another are measured again
 
 
+def cache_root() -> Path:
+    """specfill's cache folder: $SPECFILL_CACHE, else ~/.cache/specfill."""
+    return Path(os.environ.get("SPECFILL_CACHE") or Path.home() / ".cache" / "specfill")
+
+
 def cache_file() -> Path | None:
     chosen = os.environ.get("SPECFILL_KERNEL_CACHE")
     if chosen:
         return None if chosen == "off" else Path(chosen)
-    root = os.environ.get("SPECFILL_CACHE") or Path.home() / ".cache" / "specfill"
-    return Path(root) / "kernels.json"
+    return cache_root() / "kernels.json"
 
 
 def _cpu_name() -> str:

@@ -575,7 +575,7 @@ def lean_for(model, quantize: str | None = None) -> LeanModel | None:
     if made is not None and quantize in (None, made[0]):
         return made[1]
     quantize = quantize or "none"
-    if getattr(model, "specfill_quantized", None):
+    if getattr(model, "specfill_quantized", quantize) != quantize:    # quantized at load, or by a lean forward
         raise QuantizeError(f"the model is quantized to {model.specfill_quantized}: it runs that way only")
     lean = make_lean(model, quantize=quantize)
     model.specfill_lean = (quantize, lean)

@@ -3,22 +3,24 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import re
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
 
-from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, weight_files
+from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, return_free_memory, weight_files
 from .kv import model_max_positions
 from .lean import lean_unsupported
 from .precision import checkpoint_dtype, choose_dtype
+from .quantize import QuantizeError
 from .tokenizer import fast_tokenizer
 from .settings import DEVICE_PATTERN, DEVICES, DTYPES
 from .vocab import TokenVocab, build_vocab
+from .weight_cache import load_quantized
 
 log = logging.getLogger("specfill.engine")
 
@@ -89,22 +91,6 @@ def own_memory(model: torch.nn.Module) -> None:
             tensor.data = tensor.data.clone()
 
 
-def return_free_memory() -> None:
-    """Hand memory freed while loading back to the system. Weights replaced by their fused or
-    quantized forms were freed into the C allocator's heap, which keeps freed blocks resident
-    (about 450 MB after loading a 0.5B model in bfloat16, 800 MB in int8); glibc's malloc_trim
-    returns them. A no-op elsewhere."""
-    import ctypes
-    import ctypes.util
-
-    if platform.system() != "Linux":
-        return
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):    # not glibc
-        pass
-
-
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
     return (text[:300] + "...") if len(text) > 300 else text or type(e).__name__
@@ -144,12 +130,14 @@ def hub_files_only(name: str, role: str) -> bool:
 
 def load_model(name: str, role: str = "target", device: str = "auto", dtype: str = "auto",
                trust_remote_code: bool = False, device_map: str | None = None,
-               lean_only: bool = False) -> LoadedModel:
+               lean_only: bool = False, quantize: str = "none") -> LoadedModel:
     """Load a causal LM + tokenizer. Local directories load offline; a missing model, a model
     that is not a causal LM, or a missing tokenizer raises ModelLoadError. With `lean_only` (the
     engine, which runs the lean forward), a checkpoint of a family the lean forward computes
     loads its weights alone (engine/checkpoint.py: no transformers model class, whose import
-    costs seconds); otherwise, and for training, a transformers model."""
+    costs seconds), on other threads while the tokenizer loads, and with `quantize` on a CPU its
+    linear maps quantized as they are read, or read quantized from the cache
+    (engine/weight_cache.py); otherwise, and for training, a transformers model."""
     path = resolve_name(name, role)
     looks_like_path = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
     if looks_like_path and not os.path.isdir(path):  # hub ids are "name" or "org/name"
@@ -161,31 +149,47 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     folder = local_folder(path) if local else None
     lean_checkpoint = lean_only and folder is not None and not device_map and not trust_remote_code
     # a lean checkpoint's config and tokenizer are read without transformers (seconds of imports)
-    config = lite_config(folder) if lean_checkpoint and weight_files(folder) else None
-    tokenizer = _fast_tokenizer(folder, name, role) if config is not None else None
-    if tokenizer is None:
-        lean_checkpoint = False
+    config = lite_config(folder) if lean_checkpoint and weight_files(folder) and \
+        os.path.isfile(os.path.join(folder, "tokenizer.json")) else None
+    model = weights = vocab = None
+    if config is not None:
+        precision = choose_dtype(dtype, dev, checkpoint_dtype(folder, config), 4 * checkpoint_numel(folder))
+        quantized = quantize if dev.type == "cpu" else "none"
+        with ThreadPoolExecutor(1) as pool:
+            weights = pool.submit(_checkpoint_model, folder, config, precision.dtype, dev, quantized, name, role)
+            try:
+                tokenizer = _fast_tokenizer(folder, name, role)
+                vocab = build_vocab(tokenizer)
+            finally:
+                model = weights.result()
+        if model is None:    # a feature the lean forward lacks: transformers runs it
+            config, _ = _transformers_config_and_tokenizer(path, kw, name, role, trust_remote_code, tokenizer=False)
+    else:
         config, tokenizer = _transformers_config_and_tokenizer(path, kw, name, role, trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(f"{role} model {name!r}: needs a fast (tokenizers) tokenizer")
-    stored = checkpoint_dtype(folder or path, config)
-    model = None
-    if lean_checkpoint:
-        precision = choose_dtype(dtype, dev, stored, 4 * checkpoint_numel(folder))
-        try:
-            model = load_checkpoint(folder, config, precision.dtype, dev)
-        except Exception as e:  # noqa: BLE001
-            raise ModelLoadError(f"{role} model {name!r}: weights could not be loaded ({_one_line(e)})") from None
-        if lean_unsupported(model) is not None:    # a feature the lean forward lacks: transformers runs it
-            model = None
-            config, _ = _transformers_config_and_tokenizer(path, kw, name, role, trust_remote_code, tokenizer=False)
     if model is None:
+        stored = checkpoint_dtype(folder or path, config)
         model, precision = _transformers_model(path, kw, config, name, role, dev, dtype, stored, device_map)
     model.eval()
     model.requires_grad_(False)
     log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
-    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=build_vocab(tokenizer),
+    return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=vocab or build_vocab(tokenizer),
                        device=next(model.parameters()).device, precision=precision.reason)
+
+
+def _checkpoint_model(folder, config, dtype, dev, quantize, name, role):
+    """A lean family's checkpoint as its weights alone (quantized where asked), or None where
+    the lean forward cannot run it."""
+    try:
+        if quantize != "none":
+            return load_quantized(folder, config, dtype, quantize)
+        model = load_checkpoint(folder, config, dtype, dev)
+    except QuantizeError as e:
+        raise ModelLoadError(f"{role} model {name!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001
+        raise ModelLoadError(f"{role} model {name!r}: weights could not be loaded ({_one_line(e)})") from None
+    return model if lean_unsupported(model) is None else None
 
 
 def _fast_tokenizer(folder: str, name: str, role: str):

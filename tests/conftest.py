@@ -7,6 +7,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 if "SPECFILL_KERNEL_CACHE" not in os.environ:
     import tempfile
     os.environ["SPECFILL_KERNEL_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="specfill-kernels-"), "kernels.json")
+# and so do the quantized weights they load
+if "SPECFILL_WEIGHT_CACHE" not in os.environ:
+    import tempfile
+    os.environ["SPECFILL_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="specfill-weights-")
 
 import torch  # noqa: E402
 

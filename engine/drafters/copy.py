@@ -2,7 +2,9 @@
 its answer is drafted by copying the original region (the prompt's `copy_source`) from the point
 the rewrite has reached. A copy is right nearly always, so it proposes long chains
 (MAX_COPY_LENGTH); the policy judges each proposal by how many ids before it matched (`match`),
-as it judges prompt lookup's, and picks the length worth verifying.
+as it judges prompt lookup's, and by whether the answer so far is a copy of the region's start
+(source "copy") or parted from the region and was aligned again ("realigned": after a change a
+short match is often found in the wrong place), and picks the length worth verifying.
 """
 from __future__ import annotations
 
@@ -67,7 +69,8 @@ def aligned(region: bytes, out: Sequence[int], near: int) -> tuple[int, int]:
 
 class CopyDrafter:
     """Proposes the original region of a rewrite (`region`, the target's ids), from where the
-    answer so far is aligned with it (`aligned`)."""
+    answer so far is aligned with it (`aligned`); its source is "copy" while the answer is a copy
+    of the region's start, else "realigned"."""
     name, free, longest = "copy", True, MAX_COPY_LENGTH
 
     def __init__(self, region: Sequence[int]):
@@ -81,11 +84,15 @@ class CopyDrafter:
         return 0, 0
 
     def propose(self, seq, generated, k, sampling) -> Draft:
-        at, n = aligned(self.region_bytes, seq[self.start:], self.near)
+        out = seq[self.start:]
+        if self.region[:len(out)] == out:      # a copy of the region's start so far: no search
+            at, n, source = len(out), min(len(out), MAX_TAIL), "copy"
+        else:
+            (at, n), source = aligned(self.region_bytes, out, self.near), "realigned"
         if at < 0 or k <= 0:
             return Draft([])
         self.near = at
-        return Draft(self.region[at:at + k], match=n, source="copy")
+        return Draft(self.region[at:at + k], match=n, source=source)
 
     def end(self, answer: list[int]) -> None:
         pass

@@ -17,6 +17,7 @@ from engine import Drafters, EngineConfig, GenerationSettings, KVPool, LocalEngi
 from engine.drafters import CopyDrafter
 from engine.drafters.copy import aligned
 from engine.kv import common_prefix_len
+from engine.policy import Mean
 from engine.protocol import TokenPrompt
 from engine.settings import MAX_COPY_LENGTH
 from tests.tiny_models import tiny_pair_dirs
@@ -213,8 +214,11 @@ def _ids(engine: LocalEngine, text: str, role: str = "target") -> list[int]:
 
 @pytest.mark.parametrize("which", ["tiny", "demo"])
 def test_greedy_output_with_a_copy_source_is_the_target_alone(engines, which):
-    """Through the engine (TokenPrompt.copy_source), with every drafter it has beside the copy."""
+    """Through the engine (TokenPrompt.copy_source), with every drafter it has beside the copy;
+    the policy's estimates frozen at their priors (a draft model's step at half a verify pass),
+    so that its plans (and the counts) do not depend on timings."""
     alone, spec = engines[which]
+    spec.policy = Policy(frozen=True, model_begin=Mean(0.0), model_first=Mean(0.5), model_step=Mean(0.5))
     settings = GenerationSettings(max_new_tokens=NEW_TOKENS)
     copied = Counter()
     for text in TINY_PROMPTS if which == "tiny" else DEMO_PROMPTS:
@@ -226,7 +230,7 @@ def test_greedy_output_with_a_copy_source_is_the_target_alone(engines, which):
             got = spec.decode(_Prompt(TokenPrompt(prompt, draft_ids, copy_source=source)), settings)
             assert got.token_ids == expected.token_ids, (which, text, name)
             copied[name] += got.stats.counts("copy").accepted
-    assert all(copied[name] > NEW_TOKENS for name in copied), copied
+    assert all(copied[name] > NEW_TOKENS // 2 for name in copied), copied
 
 
 class _Prompt:
@@ -265,7 +269,7 @@ def test_the_copy_re_aligns_after_the_change_on_real_models(engines, which):
         for name, source in sources(expected, prompt, target.vocab).items():
             drafter = RecordingCopy(source)
             result = speculative_generate(target, KVPool(target.model, 1, 1024), Drafters(copy=drafter), prompt,
-                                          settings, Policy())
+                                          settings, Policy(frozen=True))
             assert result.token_ids == expected, (which, text, name)
             assert result.stats.counts("copy").accepted >= NEW_TOKENS // 4, (which, text, name)
             first_difference = common_prefix_len(source, expected)

@@ -284,8 +284,8 @@ def report(target: str, mode: str, rows: dict[str, Row]) -> list[str]:
     base = rows[COMPLETION]
     blat, bdec = statistics.median(base.latency_ms), statistics.median(base.decode_ms)
     out = [f"\n{target}, {mode}: {base.requests} requests per workload (latency: medians)\n",
-           "| workload | tokens / target call | target calls | copy rounds | latency ms | after prefill ms "
-           "| latency / completion's | after prefill / completion's |",
+           ("| workload | tokens / target call | target calls | copy rounds | latency ms | after prefill ms "
+            "| latency / completion's | after prefill / completion's |"),
            "|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lat, dec = statistics.median(r.latency_ms), statistics.median(r.decode_ms)

@@ -13,7 +13,15 @@ from collections import Counter
 import pytest
 
 import engine.drafters.copy as copy_module
-from engine import Drafters, EngineConfig, GenerationSettings, KVPool, LocalEngine, Policy, speculative_generate
+from engine import (
+    Drafters,
+    EngineConfig,
+    GenerationSettings,
+    KVPool,
+    LocalEngine,
+    Policy,
+    speculative_generate,
+)
 from engine.drafters import CopyDrafter
 from engine.drafters.copy import aligned
 from engine.kv import common_prefix_len
@@ -226,7 +234,7 @@ def test_greedy_output_with_a_copy_source_is_the_target_alone(engines, which):
         expected = alone.generate(prompt, settings=settings)
         for name, source in sources(expected.token_ids, prompt, alone.target.vocab).items():
             spec.clear_caches()      # no recent answer for prompt lookup to copy instead
-            draft_ids = (lambda: _ids(spec, text, "draft")) if spec.draft is not None else None
+            draft_ids = (lambda text=text: _ids(spec, text, "draft")) if spec.draft is not None else None
             got = spec.decode(_Prompt(TokenPrompt(prompt, draft_ids, copy_source=source)), settings)
             assert got.token_ids == expected.token_ids, (which, text, name)
             copied[name] += got.stats.counts("copy").accepted

@@ -6,7 +6,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from .drafters import DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter, datastore
+from .drafters import CopyDrafter, DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter, datastore
 from .drafters.documents import DOCUMENT, OPEN_DOCUMENTS, BlockIndex, LookupText
 from .kv import KVPool
 from .loop import DraftPrompt, Drafters, speculative_generate
@@ -125,24 +125,30 @@ class LocalEngine:
     def decode(self, prompt: Prompt, settings: GenerationSettings, cancel: threading.Event | None = None,
                stop_check: StopCheck | None = None) -> GenerationResult:
         p = prompt.tokens()
-        return self.generate(p.target_ids, p.draft_ids, settings, p.stop_ids, cancel, stop_check, p.lookup_texts)
+        return self.generate(p.target_ids, p.draft_ids, settings, p.stop_ids, cancel, stop_check, p.lookup_texts,
+                             p.copy_source)
 
     def generate(self, target_ids: list[int], draft_ids: DraftPrompt = None,
                  settings: GenerationSettings | None = None, stop_ids=(),
                  cancel: threading.Event | None = None, stop_check: StopCheck | None = None,
-                 lookup_texts: Sequence[LookupText] = ()) -> GenerationResult:
+                 lookup_texts: Sequence[LookupText] = (), copy_source: Sequence[int] = ()) -> GenerationResult:
         """`lookup_texts`: text prompt lookup reads besides the prompt and recent answers (the
-        document being completed, with its cursor, then other open documents). The result's
-        figures hold the free proposals (prompt lookup's and the datastore's) by where they were
-        found: proposals, tokens proposed and tokens the target wrote too; and prompt lookup's
-        reading of the documents (LookupDrafter.summary)."""
+        document being completed, with its cursor, then other open documents). `copy_source`:
+        the region the answer rewrites, which the copy drafter proposes (unless the target
+        decodes alone, draft "none"). The result's figures hold the free proposals (prompt
+        lookup's, the datastore's, the copy's) by where they were found: proposals, tokens
+        proposed and tokens the target wrote too; and prompt lookup's reading of the documents
+        (LookupDrafter.summary)."""
         settings = settings or GenerationSettings()
         if not self.config.kv_reuse:
             self.clear_caches()
         lookup = self.drafters.lookup
         if lookup is not None:
             lookup.read(lookup_texts)
-        result = speculative_generate(self.target, self.pool, self.drafters, list(target_ids), settings,
+        drafters = self.drafters
+        if copy_source and self.config.draft != "none":
+            drafters = dataclasses.replace(drafters, copy=CopyDrafter(copy_source))
+        result = speculative_generate(self.target, self.pool, drafters, list(target_ids), settings,
                                       self.policy, stop_ids=stop_ids, cancel=cancel, stop_check=stop_check,
                                       draft_prompt=list(draft_ids) if isinstance(draft_ids, (list, tuple)) else draft_ids)
         if lookup is not None:

@@ -1,11 +1,12 @@
 """Speculative decoding, a round at a time.
 
-A round: the free drafters propose (prompt lookup, the datastore); the policy plans which chains
-the target verifies, none, one or two (engine/policy.py); the draft model drafts if planned; the
-chains become one tree below the sequence's last token (a chain is a tree with one leaf,
-engine/tree.py), which the target scores in one pass; the verification rule accepts a path and
-adds the target's own next token (engine/sampling.py); the policy and the stats observe; the
-tokens are emitted. Every rule keeps the output exactly the target's own.
+A round: the free drafters propose (prompt lookup, the datastore, the copy of a rewritten
+region); the policy plans which chains the target verifies, none, one or two (engine/policy.py);
+the draft model drafts if planned; the chains become one tree below the sequence's last token (a
+chain is a tree with one leaf, engine/tree.py), which the target scores in one pass; the
+verification rule accepts a path and adds the target's own next token (engine/sampling.py); the
+policy and the stats observe; the tokens are emitted. Every rule keeps the output exactly the
+target's own.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round computes
 exactly the tree's nodes. The prefill computes the whole prompt when it has a pass to make anyway,
 and its last logits give the first token before any drafting.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .drafters import DatastoreDrafter, Draft, Drafter, LookupDrafter, Sampling
+from .drafters import CopyDrafter, DatastoreDrafter, Draft, Drafter, LookupDrafter, Sampling
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
 from .models import LoadedModel
 from .policy import Plan, Policy
@@ -37,12 +38,13 @@ class Drafters:
     lookup: LookupDrafter | None = None
     datastore: DatastoreDrafter | None = None
     model: Drafter | None = None      # ModelDrafter (same vocabulary) or TextDrafter (another tokenizer)
+    copy: CopyDrafter | None = None   # a request's region to rewrite (TokenPrompt.copy_source)
 
     def free(self) -> list[Drafter]:
-        return [d for d in (self.lookup, self.datastore) if d is not None]
+        return [d for d in (self.copy, self.lookup, self.datastore) if d is not None]
 
     def all(self) -> list[Drafter]:
-        return [d for d in (self.lookup, self.datastore, self.model) if d is not None]
+        return [d for d in (*self.free(), self.model) if d is not None]
 
 
 @dataclass
@@ -102,13 +104,15 @@ def cut_before_stop(tokens: list[int], gen_bytes: bytes, vocab, stop_check: Stop
     return tokens[:max(0, vocab.tokens_covering(tokens, need) - 1)]
 
 
-def propose(d: Decoding, policy: Policy, settings: GenerationSettings, sampling: Sampling, max_k: int,
+def propose(d: Decoding, policy: Policy, settings: GenerationSettings, sampling: Sampling, room: int,
             tree_ok: bool, stats: GenerationStats) -> Round:
-    """The free proposals, the plan, and the chains it asks for."""
+    """The free proposals (each up to its drafter's `longest`), the plan, and the chains it asks
+    for; `room`: the draft tokens the answer still has room for."""
     t0 = time.perf_counter()
-    offers = {}
+    offers, max_k = {}, min(MAX_DRAFT_LENGTH, room)
     for drafter in d.drafters.free():
-        draft = drafter.propose(d.seq, d.gen_bytes, max_k, sampling) if max_k > 0 else Draft([])
+        k = min(drafter.longest, room)
+        draft = drafter.propose(d.seq, d.gen_bytes, k, sampling) if k > 0 else Draft([])
         kept = d.cut(draft.tokens)      # priced for the tokens that can count
         stats.draft_trimmed += len(draft.tokens) - len(kept)
         offers[drafter.name] = replace(draft, tokens=kept)
@@ -298,8 +302,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 reason = "time_budget"
             if reason is not None:
                 break
-            max_k = min(MAX_DRAFT_LENGTH, max_new - len(d.out) - 1)
-            r = propose(d, policy, settings, sampling, max_k, session.supports_tree, stats)
+            r = propose(d, policy, settings, sampling, max_new - len(d.out) - 1, session.supports_tree, stats)
             tree = build_tree(d.seq[-1], [c.tokens for c in r.chains])
             t1 = time.perf_counter()
             try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from .drafters import Draft
 from .kv import common_prefix_len
-from .settings import MAX_DRAFT_LENGTH
+from .settings import MAX_COPY_LENGTH, MAX_DRAFT_LENGTH
 
 PROBE_EVERY = 64      # rounds without the draft model before it drafts again
 DECAY = 0.97          # weight of an estimate's older observations (it follows the text)
@@ -38,7 +38,7 @@ MAX_JUMP = 4.0        # a cost measurement counts as at most this many times the
 PER_DOUBLING = 0.25   # VerifyCost's prior: each doubling of the width costs this share of verify(1) more
 CLIP = 1.0            # VerifyCost: a measurement's error counts as at most this many typical errors
 SPREAD_FLOOR = 0.05   # ... the typical error taken as at least this share of the fit
-_LOG2 = [0.0] + [math.log2(w) for w in range(1, 2 * MAX_DRAFT_LENGTH + 2)]   # widths of two chains
+_LOG2 = [0.0] + [math.log2(w) for w in range(1, MAX_COPY_LENGTH + MAX_DRAFT_LENGTH + 2)]   # widths of two chains
 
 
 def bucket(match: int) -> int:
@@ -59,29 +59,35 @@ def key(drafter: str, draft: Draft | None = None) -> str:
 
 @dataclass
 class Acceptance:
-    """p_i for draft positions i = 0 .. MAX_DRAFT_LENGTH - 1: how often a chain that reached
-    position i had its token accepted, older observations fading (DECAY), shrunk towards the
-    position before (the first: towards `prior`): a later position is reached less often."""
+    """p_i for draft positions i = 0, 1, ...: how often a chain that reached position i had its
+    token accepted, older observations fading (DECAY), shrunk towards the position before (the
+    first: towards `prior`): a later position is reached less often. Positions are counted up to
+    MAX_DRAFT_LENGTH, or as far as a longer chain reached (a copy's); past them p is the last one's."""
     prior: float
     evaluated: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_LENGTH)
     accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT_LENGTH)
     _reach: list[float] | None = field(default=None, repr=False)
+    _last: float = field(default=0.0, repr=False)     # p at the last position counted
 
     def observe(self, reached: int, accepted: int) -> None:
         """A chain reached positions 0 .. reached - 1 and had its first `accepted` accepted."""
-        for i in range(MAX_DRAFT_LENGTH):
+        for more in (self.evaluated, self.accepted):
+            more.extend([0.0] * (reached - len(more)))
+        for i in range(len(self.evaluated)):
             self.evaluated[i] = self.evaluated[i] * DECAY + (i < reached)
             self.accepted[i] = self.accepted[i] * DECAY + (i < min(accepted, reached))
         self._reach = None
 
-    def reach(self) -> list[float]:
-        """R[i] = P(a chain's first i tokens are accepted), i = 0 .. MAX_DRAFT_LENGTH: 1, p_1, p_1 p_2, ..."""
+    def reach(self, n: int = MAX_DRAFT_LENGTH) -> list[float]:
+        """R[i] = P(a chain's first i tokens are accepted), i = 0 .. n (or more): 1, p_1, p_1 p_2, ..."""
         if self._reach is None:
             out, p = [1.0], self.prior
             for a, e in zip(self.accepted, self.evaluated):
                 p = (a + p * PRIOR_WEIGHT) / (e + PRIOR_WEIGHT)
                 out.append(out[-1] * p)
-            self._reach = out
+            self._reach, self._last = out, p
+        while len(self._reach) <= n:
+            self._reach.append(self._reach[-1] * self._last)
         return self._reach
 
     def by_position(self, n: int = 8) -> list[float]:
@@ -211,12 +217,12 @@ class Policy:
         the target can verify a tree."""
         if max_k <= 0:
             return Plan()
-        v = self.verify.widths(2 + 2 * max_k)
+        v = self.verify.widths(2 + max_k + max([max_k, *(len(d.tokens) for d in offers.values())]))
         best, partner = Plan((), 1 / v[1]), None
         for name, draft in offers.items():
-            n = min(len(draft.tokens), max_k)
+            n = len(draft.tokens)
             if n:
-                offer = Offer(name, self.estimate(name, draft).reach()[:n + 1], v)
+                offer = Offer(name, self.estimate(name, draft).reach(n)[:n + 1], v)
                 if partner is None or offer.rate > partner.rate:
                     partner = offer
         if partner is not None and partner.rate > best.rate:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Callable
 
 MAX_DRAFT_LENGTH = 16         # most tokens drafted per round (the `draftLength` setting's maximum)
+MAX_COPY_LENGTH = 64          # ... by the copy drafter, whose copies of a rewritten region are right nearly always
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -39,8 +39,9 @@ class Sampling:
 
 
 class Drafter(Protocol):
-    name: str    # the key of its counters and of the policy's estimates: "lookup", "datastore" or "model"
+    name: str    # the key of its counters and of the policy's estimates: "lookup", "datastore", "copy" or "model"
     free: bool   # proposes without a model, at no cost worth pricing: asked every round, before the plan
+    longest: int  # a free drafter's most tokens a round (MAX_DRAFT_LENGTH; the copy drafter's more)
 
     def begin(self, prompt: list[int], draft_prompt: list[int] | None = None) -> tuple[int, int]:
         """Start a request (`draft_prompt`: a draft model's own prompt); (its prompt tokens

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..settings import MAX_DRAFT_LENGTH
 from .base import Draft
 
 MAX_MATCH = 16              # ids compared at most
@@ -272,7 +273,7 @@ def _majority(conts: list[bytes], k: int, special_ids) -> list[int]:
 class DatastoreDrafter:
     """The datastore as a drafter: what the target wrote after the longest run of ids that ends
     the sequence, elsewhere."""
-    name, free = "datastore", True
+    name, free, longest = "datastore", True, MAX_DRAFT_LENGTH
 
     def __init__(self, store: Datastore, special_ids=frozenset()):
         self.store = store

@@ -12,6 +12,7 @@ from bisect import bisect_right
 from collections import deque
 from typing import Sequence
 
+from ..settings import MAX_DRAFT_LENGTH
 from .base import Draft
 from .documents import MAX_MATCH, MAX_REQUEST_TOKENS, BlockIndex, Corpus, DocumentsWorth, LookupText
 
@@ -124,7 +125,7 @@ class LookupDrafter:
     the longest first), then the recent answers, then the documents given by `read` (where an
     occurrence must match KEY_NGRAM ids or more). The proposal that matched the most ids before it
     wins; the nearer one among equals."""
-    name, free = "lookup", True
+    name, free, longest = "lookup", True, MAX_DRAFT_LENGTH
 
     def __init__(self, max_ngram: int = 3, special_ids=frozenset(), recent: int = 8,
                  index: BlockIndex | None = None):

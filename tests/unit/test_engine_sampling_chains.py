@@ -1,8 +1,9 @@
 """Sampled speculative output follows the target's law over whole outputs of several tokens,
 with drafts of 4-7 tokens verified in one round, for every drafter: the draft model with the
 target's vocabulary (rejection sampling with its q), the draft model with another tokenizer and
-prompt lookup (sample-and-compare), the datastore of answers, and the cost-aware policy
-mixing them (chains, and trees of a free proposal and the draft model's chain).
+prompt lookup (sample-and-compare), the datastore of answers, the copy of a region the answer
+rewrites, and the cost-aware policy mixing them (chains, and trees of a free proposal and the
+draft model's chain).
 
 The models know one habit: text that goes round "abcd", now and then leaving it (they are
 trained a moment on such text). So prompt lookup's copies of the prompt's cycle and the drafts
@@ -19,7 +20,7 @@ import torch
 from transformers import LlamaForCausalLM
 
 from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
-from engine.drafters import DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
+from engine.drafters import CopyDrafter, DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
 from engine.drafters.datastore import Datastore, save
 from engine.policy import Acceptance, Mean, VerifyCost, key
 from engine.vocab import build_vocab
@@ -135,6 +136,17 @@ def test_prompt_lookup_of_long_copies(cycle_models):
     prompt = _prompt(target)
     outputs, counts = sample_outputs(target, Drafters(lookup=LookupDrafter()), prompt, 3000, DRAFT_LENGTH)
     assert counts.rounds_by_drafter["lookup"] >= N and counts.mostly_long(0.75), counts
+    assert law_of(target, prompt).fits(outputs), counts
+
+
+def test_copies_of_a_region_the_answer_rewrites(cycle_models):
+    """The copy drafter, its region the cycle: the answer leaves the cycle now and then, and the
+    copy re-aligns after each departure."""
+    target, _, _ = cycle_models
+    prompt = _prompt(target)
+    region = target.vocab.encode_text("abcd" * 8)
+    outputs, counts = sample_outputs(target, Drafters(copy=CopyDrafter(region)), prompt, 7000, DRAFT_LENGTH)
+    assert counts.rounds_by_drafter["copy"] >= N and counts.mostly_long(0.75), counts
     assert law_of(target, prompt).fits(outputs), counts
 
 

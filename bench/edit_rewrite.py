@@ -4,6 +4,7 @@ and latency of a 20-line rewrite, beside a 2-line completion on the same target.
     python -m bench.edit_rewrite                                  # demo and the 0.5B shape, replay and own
     python -m bench.edit_rewrite --targets demo --regions 1 --reps 1
     python -m bench.edit_rewrite --targets qwen2.5-coder-0.5b --modes replay --regions 3 --reps 3
+    python -m bench.edit_rewrite --targets qwen2.5-coder-0.5b --modes replay --set quantize=int8 --threads 2
 
 Rewrites: (a) a copy of the region, (b) one line changed, (c) an identifier renamed in all its
 places (three or more). Every request decodes through the engine (`LocalEngine.generate`, its
@@ -253,17 +254,18 @@ def own_workloads(engine: LocalEngine, n: int) -> list[Workload]:
     return out
 
 
-def load(target: str, mode: str) -> LocalEngine:
+def load(target: str, mode: str, settings: dict) -> LocalEngine:
+    """The target's engine; `settings`: EngineConfig fields (dtype, quantize, threads)."""
     if target == "demo":
         name = "default"
     else:
         from bench.real_shapes import model_dir
         name = str(model_dir(target, log=lambda *a: print(*a, file=sys.stderr)))
-    return LocalEngine(EngineConfig(target=name, draft="default" if mode == "own" else "ngram"))
+    return LocalEngine(EngineConfig(target=name, draft="default" if mode == "own" else "ngram", **settings))
 
 
-def measure(target: str, mode: str, n: int, reps: int) -> dict[str, Row]:
-    engine = load(target, mode)
+def measure(target: str, mode: str, n: int, reps: int, settings: dict | None = None) -> dict[str, Row]:
+    engine = load(target, mode, settings or {})
     pool = None
     if mode == "replay":
         pool = engine.pool = ScriptedPool(engine.pool, engine.target.tokenizer.eos_token_id)
@@ -301,16 +303,25 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated: replay, own (the demo target only)")
     ap.add_argument("--regions", type=number(int, 1), default=3, help="regions (replay) or prompts (own)")
     ap.add_argument("--reps", type=number(int, 1), default=2, help="passes over the workloads after a first")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="dtype=... or quantize=... for the targets (repeatable)")
+    ap.add_argument("--threads", type=number(int, 1), default=None, help="torch threads (default: the engine's)")
     args = ap.parse_args(argv)
     targets, modes = args.targets.split(","), args.modes.split(",")
     if bad := [t for t in targets if t not in TARGETS] or [m for m in modes if m not in MODES]:
         return usage_error(PROG, f"unknown --targets or --modes value {bad[0]!r}")
+    settings = {} if args.threads is None else {"threads": args.threads}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in ("dtype", "quantize") or not value:
+            return usage_error(PROG, f"--set {item!r}: dtype=VALUE or quantize=VALUE")
+        settings[name] = value
     t0 = time.perf_counter()
     for target in targets:
         for mode in modes:
             if mode == "own" and target != "demo":
                 continue
-            print("\n".join(report(target, mode, measure(target, mode, args.regions, args.reps))), flush=True)
+            print("\n".join(report(target, mode, measure(target, mode, args.regions, args.reps, settings))), flush=True)
     print(f"\n({time.perf_counter() - t0:.0f} s, torch threads {torch.get_num_threads()})")
     return 0
 

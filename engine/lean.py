@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernel_cache
-from .matmul import ROWS, Kernels, Linear, choose_kernels, fp16_ready, measures_kernels, use_kernels
+from .matmul import Kernels, Linear, choose_kernels, fp16_kernels, measures_kernels, use_kernels
 from .quantize import COMPUTE_DTYPES, QuantizeError, check_quantize, quantize_linears
 
 log = logging.getLogger("specfill.engine")
@@ -200,10 +200,7 @@ def _attend(q: torch.Tensor, kv: LeanKV, layer: int, end: int, mask, scale: floa
         out = F.scaled_dot_product_attention(q.view(1, kv_heads, heads // kv_heads, hd), keys, values,
                                              scale=scale)
         return out.reshape(1, heads * hd)   # a view on a CPU; CUDA kernels may return other strides
-    # torch's CPU flash kernel needs unit stride in the head dim (else it takes the slow math
-    # path); queries from a wide packed matmul come transposed.
-    q = q.transpose(0, 1)[None] if q.stride(-1) == 1 else q.transpose(0, 1)[None].contiguous()
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask, scale=scale,
                                          enable_gqa=heads != kv_heads)
     return out[0].transpose(0, 1).reshape(n, heads * hd)
 
@@ -276,9 +273,7 @@ class _Weights:
             total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
             self.packed = total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
         self.compute_dtype = COMPUTE_DTYPES.get(quantize, param.dtype)
-        # Before measuring (and where nothing is measured: a GPU), packed maps take the transposed
-        # product for verify widths, plain ones torch's default everywhere.
-        self.kernels = Kernels() if self.packed else Kernels(ROWS, ROWS, ROWS, ROWS)
+        self.kernels = Kernels()    # ROWS until measured (nothing is measured on a GPU)
         # a weight the model also reads as its embedding stays where quantized copies are made of it
         self.keep = {param.data_ptr()}
         self.quantized = {}
@@ -355,10 +350,7 @@ class LeanLlama:
         return [m for l in self.layers for m in (l.qkv, l.o_proj, l.gate_up, l.down_proj)] + [self.lm_head]
 
     def _unit_norm(self, x):
-        """RMSNorm without its weight, over sqrt(hidden) (both folded into the next map). Rows
-        contiguous, as rms_norm gives them: a wide packed matmul leaves x transposed, and the
-        next one is slower on the transposed layout (0.87x at 4-8 rows here)."""
-        x = x.contiguous()
+        """RMSNorm without its weight, over sqrt(hidden) (both folded into the next map)."""
         return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).hypot_(self.norm_floor)
 
     def _norm(self, x, weight):
@@ -537,10 +529,11 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
     (0: never; it then reads the model's own weights), or, with `quantize`, makes quantized
     copies and frees the model's own (engine/quantize.py: the transformers forward can no
-    longer run that model; a model without a lean forward cannot be quantized). A model with
-    kernels to choose between (matmul.measures_kernels) takes those measured on this machine
-    for its shapes (engine/kernel_cache.py: once per machine, or once per process where the
-    cache is off, so two engines of one model compute alike) unless `kernels` says which."""
+    longer run that model; a model without a lean forward cannot be quantized). Unless `kernels`
+    says which, packed maps take FP16 where they can (matmul.fp16_kernels), and plain 16-bit
+    ones on a CPU the kernels measured on this machine for their shapes (engine/kernel_cache.py:
+    once per machine, or once per process where the cache is off, so two engines of one model
+    compute alike)."""
     reason = lean_unsupported(model)
     if reason is not None:
         if quantize != "none":
@@ -553,10 +546,10 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     if quantize != "none":
         model.specfill_quantized = quantize    # its own linear weights are gone
         return lean
-    if kernels is not None:
-        use_kernels(lean, kernels)
+    if kernels is not None or lean.packed:
+        use_kernels(lean, kernels or fp16_kernels(lean))
     elif measures_kernels(lean):
-        key = _shape_key(model) + (lean.packed, fp16_ready(lean))
+        key = _shape_key(model)
         known = _KERNELS_MEASURED.get(key) or kernel_cache.load(key)
         if known is not None:   # the same shapes again (a second engine, a later process)
             use_kernels(lean, known)
@@ -587,8 +580,7 @@ _KERNELS_MEASURED: dict[tuple, Kernels] = {}
 
 
 def _shape_key(model) -> tuple:
-    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads
-    (make_lean adds whether the weights are packed and float16 values, which FP16 needs)."""
+    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads."""
     param = next(model.parameters())
     sizes = tuple(sorted((k, v) for k, v in model.config.to_dict().items() if isinstance(v, int)))
     return type(model).__name__, sizes, str(param.dtype), str(param.device), torch.get_num_threads()
@@ -604,7 +596,7 @@ def long_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
 
 
 def _float_rows(logits: torch.Tensor) -> torch.Tensor:
-    """Logits as float32 rows in memory order (a wide packed matmul returns them transposed)."""
+    """Logits as float32 rows in memory order."""
     if logits.dtype == torch.float32 and logits.is_contiguous():
         return logits
     return logits.float().contiguous()

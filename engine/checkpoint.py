@@ -1,14 +1,10 @@
 """A checkpoint's weights as the lean forward reads them, without transformers' model classes.
 
-The lean forward (engine/lean.py) computes Llama, Qwen2 and GPTBigCode models from their weights
-and config alone. Importing transformers' modeling code for them costs about 1.7 s of a command
-line's start on a 2-core VM (`python -X importtime`), and keeps about 140 MB more resident, for
-modules the engine never calls. So a local checkpoint of these families loads here: its config
-through transformers' AutoConfig (which knows each family's defaults), its safetensors weights
-into a tree of plain modules named as the checkpoint names them (`model.layers.0.self_attn.
-q_proj.weight`), which the lean forward reads as it reads a transformers model. Anything else
-(another family, a checkpoint without safetensors, remote code, a device map) loads through
-transformers (engine/models.py).
+Importing transformers' modeling code costs seconds of a command line's start and memory, for
+modules the engine never calls. So a local Llama, Qwen2 or GPTBigCode checkpoint loads here: its
+config over each family's defaults, its safetensors weights into plain modules named as the
+checkpoint names them, which the lean forward reads as it reads a transformers model. Anything
+else loads through transformers (engine/models.py).
 """
 from __future__ import annotations
 

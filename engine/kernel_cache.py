@@ -26,7 +26,7 @@ from .cpu import cpu_flags
 
 log = logging.getLogger("specfill.engine")
 
-LAYOUT = 1     # the file's layout: entries of another are measured again
+LAYOUT = 2     # the file's layout: entries of another are measured again
 
 
 def cache_root() -> Path:

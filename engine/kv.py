@@ -147,7 +147,6 @@ class KVSession:
         self.last_used = time.monotonic()
         self.forward_calls = 0
         self.forward_ms = 0.0   # time inside the model, to separate it from engine overhead
-        self.last_computed = 0  # tokens the latest forward pass computed
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached tokens."""
@@ -160,13 +159,16 @@ class KVSession:
             self.forward.crop(length)
             del self.ids[length:]
 
-    def _forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
-        if len(self.ids) + len(new_ids) > self.max_tokens:
-            raise ContextTooLong(
-                f"{len(self.ids) + len(new_ids)} tokens exceed the limit of {self.max_tokens} "
-                "(the model's context or the KV session budget)")
+    def _room(self, total: int) -> None:
+        """Room for `total` tokens, within the session's limit and the pool's budget."""
+        if total > self.max_tokens:
+            raise ContextTooLong(f"{total} tokens exceed the limit of {self.max_tokens} "
+                                 "(the model's context or the KV session budget)")
         if self.pool is not None:
-            self.pool.make_room(self, len(self.ids) + len(new_ids))
+            self.pool.make_room(self, total)
+
+    def _forward(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
+        self._room(len(self.ids) + len(new_ids))
         t0 = time.perf_counter()
         if torch.is_inference_mode_enabled():   # the engine's rounds already are: no nested mode
             logits = self.forward(new_ids, n_logits)
@@ -174,7 +176,6 @@ class KVSession:
             with torch.inference_mode():
                 logits = self.forward(new_ids, n_logits)
         self.ids.extend(new_ids)
-        self.last_computed = len(new_ids)
         self.forward_calls += 1
         self.forward_ms += (time.perf_counter() - t0) * 1000
         return logits
@@ -188,13 +189,7 @@ class KVSession:
         (logits[i] predicts the token after node i). The cache then holds `seq`: call keep_path
         with the accepted nodes before anything else."""
         self.sync(seq[:-1])
-        n = len(tree.tokens)
-        if len(self.ids) + n > self.max_tokens:
-            raise ContextTooLong(
-                f"{len(self.ids) + n} tokens exceed the limit of {self.max_tokens} "
-                "(the model's context or the KV session budget)")
-        if self.pool is not None:
-            self.pool.make_room(self, len(self.ids) + n)
+        self._room(len(self.ids) + len(tree.tokens))
         t0 = time.perf_counter()
         with torch.inference_mode():
             logits = self.forward.tree(tree.tokens, tree.depths, tree.ancestors())

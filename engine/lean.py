@@ -1,39 +1,13 @@
-"""Lean forward passes for the architectures specfill runs most (Llama/Qwen2, GPTBigCode).
+"""Lean forward passes for Llama/Qwen2 and GPTBigCode (docs/design.md, "The forward").
 
-At completion-model sizes on a CPU, a transformers forward call spends most of its time in
-framework overhead (config lookups, mask builders, output objects, a torch.cat per layer per
-step to grow the cache). These functions run the same math on the model's own weights with a
-preallocated KV cache, nanoGPT-style. Any other architecture, or an unusual config, falls back
-to the transformers forward: `lean_unsupported` says why, and `make_lean` logs it and returns
-None. Tests check both agree (allclose).
-
-What a step costs here is mostly the number of tensor operations (each is a few microseconds
-of dispatch on a CPU, a kernel launch on a GPU), so the forward keeps that number low:
-- per model, not per call: rope cos/sin tables and causal-mask bands for all positions so far
-  (sliced, never rebuilt), weights looked up once (no module calls), transposed views for
-  matmuls that also add the residual (addmm);
-- small models get fused copies of the q/k/v and gate/up weights (one matmul instead of
-  three or two). The model's own parameters stay as they are; the copies are taken when the
-  lean forward is made, and only while they cost little memory (`PACK_MAX_BYTES`); which
-  matmul kernel runs a call of n rows is measured on the machine (engine/matmul.py);
-- rope is applied to queries and keys together, in place, and one copy writes a step's keys
-  and values into the cache (laid out head by head, as attention reads them);
-- the cache for all layers is one tensor; a step writes to it in place and attends over a
-  slice of it, so shapes depend only on the number of new tokens and the cache length;
-- past the last layer's keys and values, only the tokens whose logits are wanted go on (a
-  prompt's prefill: its last token), since nothing reads the other tokens' outputs there: on a
-  2-core Zen 4 VM the shipped target's prefill 1.05-1.16x faster (one layer of seven), the
-  two-layer draft's 1.25-1.80x (`python -m bench.forward_cost --prefill 64,100,150,300,450`
-  against a forward that carries every row).
-
-StaticLeanForward runs the same layers (`run`, with another `step`: where keys and values go
-and what attention sees) with shapes that depend on the number of new tokens only, for CUDA
-graphs: the cache reserved whole, slots and positions as device tensors, attention over every
-slot under a mask.
-
-The new tokens may also form a draft tree (`TreeLayout`, engine/tree.py): each node takes the
-rope angle (or learned position) of its depth and a mask row that sees the cache and its own
-ancestors; `LeanKV.keep` then moves the accepted path's keys and values into place.
+At completion-model sizes on a CPU a transformers forward spends most of its time in framework
+overhead, so these classes run the same math on the model's own weights with a preallocated KV
+cache and as few tensor operations as they can: rope tables and mask bands built once and
+sliced, weights looked up once, fused maps (engine/matmul.py), rope on queries and keys together
+in place, one cache tensor for all layers, and past the last layer's keys and values only the
+rows whose logits are wanted. Any other architecture or an unusual config runs the transformers
+forward (`lean_unsupported` says why). StaticLeanForward runs the same layers at fixed shapes
+for CUDA graphs; `TreeLayout` lets the new tokens form a draft tree (engine/tree.py).
 """
 from __future__ import annotations
 
@@ -47,15 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from . import kernel_cache
-from .matmul import ROWS, Kernels, Linear, choose_kernels, fp16_ready, measures_kernels, use_kernels
+from .matmul import Kernels, Linear, choose_kernels, fp16_kernels, measures_kernels, use_kernels
 from .quantize import COMPUTE_DTYPES, QuantizeError, check_quantize, quantize_linears
 
 log = logging.getLogger("specfill.engine")
 
-# Packed weight copies (see engine/matmul.py, Linear) are made only while they add at most this
-# much memory: they pay where per-operation overhead and small matmuls dominate (completion-sized
-# models); a big model's memory matters more. (Where a measurement picks oneDNN's kernel, its
-# copies add the weights' size once more.)
+# Packed weight copies (engine/matmul.py) are made only while they add at most this much memory:
+# they pay where per-operation overhead and small matmuls dominate; a big model's memory matters more.
 PACK_MAX_BYTES = 64 * 2**20
 
 # Causal masks for up to this many new tokens are slices of one precomputed band (verify
@@ -73,14 +45,8 @@ def _grown(capacity: int, total: int, minimum: int = 256, limit: int | None = No
 class LeanKV:
     """The keys and values of all layers in one tensor, [layers, 2, kv_heads, capacity,
     head_dim]; `length` tokens are valid. `keys[i]`/`values[i]` are [1, kv_heads, capacity,
-    head_dim] views for attention, each head's rows contiguous: torch's CPU attention ran
-    1.03-1.23x faster on them than on a token-major cache (one token's keys and values side by
-    side, which a step wrote with one plain copy; now it is one strided copy) at 300-480 cached
-    tokens and 1-16 queries. A whole step of the shipped target moved by 0.95-1.13x by width in
-    four side-by-side runs of bench/forward_cost.py, about 1.02x on the whole: within this VM's
-    noise, and never worse on average.
-
-    The capacity grows by doubling; StaticLeanForward reserves its whole budget once (`exact`),
+    head_dim] views for attention, each head's rows contiguous (torch's CPU attention reads them
+    faster than a token-major cache). The capacity grows by doubling; StaticLeanForward reserves its whole budget once (`exact`),
     so that no step allocates or moves the cache."""
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device):
@@ -137,11 +103,7 @@ class _Positions:
     tokens after `past` cached ones.
 
     Masks are additive, in the model's dtype: what torch's CPU attention turns a boolean mask
-    into before it adds it, in every layer; given the float mask it adds the same numbers (the
-    logits are bit for bit the same), and a pass converts its mask once or not at all (verify
-    widths: slices of the float band). Against boolean masks (`python -m bench.forward_cost`,
-    2-core Zen 4 VM): verify passes of 4-8 tokens 1.01-1.06x faster, the draft's passes of 2-6
-    tokens 1.04-1.09x, prefills unchanged."""
+    into in every layer, made once a pass here (the logits are bit for bit the same)."""
 
     def __init__(self, inv_freq: torch.Tensor | None = None, rope_scale: float = 1.0):
         self.inv_freq, self.rope_scale = inv_freq, rope_scale
@@ -200,10 +162,7 @@ def _attend(q: torch.Tensor, kv: LeanKV, layer: int, end: int, mask, scale: floa
         out = F.scaled_dot_product_attention(q.view(1, kv_heads, heads // kv_heads, hd), keys, values,
                                              scale=scale)
         return out.reshape(1, heads * hd)   # a view on a CPU; CUDA kernels may return other strides
-    # torch's CPU flash kernel needs unit stride in the head dim (else it takes the slow math
-    # path); queries from a wide packed matmul come transposed.
-    q = q.transpose(0, 1)[None] if q.stride(-1) == 1 else q.transpose(0, 1)[None].contiguous()
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale,
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask, scale=scale,
                                          enable_gqa=heads != kv_heads)
     return out[0].transpose(0, 1).reshape(n, heads * hd)
 
@@ -213,12 +172,9 @@ class _SliceStep:
     first `end` slots, positions `where` (a slice, or a tensor of depths for a tree).
 
     A prefill on a CPU attends in blocks of MASK_BAND_WIDTH new tokens, each over the slots up
-    to its own last token under a slice of the band: torch's CPU attention computes every
-    masked-out score of one call, so one call over all the new tokens computes about twice the
-    scores a causal prefill needs. Against one call (`python -m bench.forward_cost --prefill
-    64,100,150,300,450`, 2-core Zen 4 VM): the shipped target's prefill of 300 tokens 1.07-1.14x
-    faster, of 450 1.12-1.20x; the draft's 1.16-1.22x there. The
-    logits move by rounding only (allclose). CUDA kernels get the whole mask in one call."""
+    to its own last token: torch's CPU attention computes every masked-out score of a call, so
+    one call would compute about twice the scores a causal prefill needs. CUDA kernels get the
+    whole mask in one call."""
     __slots__ = ("kv", "positions", "start", "end", "where", "mask", "blocks", "chain")
 
     def __init__(self, kv: LeanKV, positions: _Positions, ids: torch.Tensor, dtype, tree: TreeLayout | None):
@@ -276,9 +232,7 @@ class _Weights:
             total = sum(Linear.extra_bytes([m[i] for i in g]) for m in linears for g in groups)
             self.packed = total + Linear.extra_bytes([model.lm_head]) <= pack_max_bytes
         self.compute_dtype = COMPUTE_DTYPES.get(quantize, param.dtype)
-        # Before measuring (and where nothing is measured: a GPU), packed maps take the transposed
-        # product for verify widths, plain ones torch's default everywhere.
-        self.kernels = Kernels() if self.packed else Kernels(ROWS, ROWS, ROWS, ROWS)
+        self.kernels = Kernels()    # ROWS until measured (nothing is measured on a GPU)
         # a weight the model also reads as its embedding stays where quantized copies are made of it
         self.keep = {param.data_ptr()}
         self.quantized = {}
@@ -297,6 +251,22 @@ class _Weights:
         return t if t is None or t.dtype == self.compute_dtype else t.detach().to(self.compute_dtype)
 
 
+class _LeanBase:
+    """What both lean classes share: `layers` (each with `maps`), `lm_head`, the cache shape."""
+
+    def new_cache(self, dtype, device) -> LeanKV:
+        return LeanKV(len(self.layers), self.kv_heads, self.head_dim, dtype, device)
+
+    def linears(self) -> list[Linear]:
+        return [m for layer in self.layers for m in layer.maps()] + [self.lm_head]
+
+    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
+        step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)
+        logits = self.run(ids, step, slice(-n_logits, None))
+        kv.length = step.end
+        return logits
+
+
 @dataclass
 class _LlamaLayer:
     norm1: torch.Tensor
@@ -306,8 +276,11 @@ class _LlamaLayer:
     gate_up: Linear
     down_proj: Linear
 
+    def maps(self):
+        return self.qkv, self.o_proj, self.gate_up, self.down_proj
 
-class LeanLlama:
+
+class LeanLlama(_LeanBase):
     """Llama-family decoder (Llama, Qwen2): RMSNorm, rotary positions, grouped-query attention."""
 
     def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES, quantize: str = "none"):
@@ -348,29 +321,14 @@ class LeanLlama:
                 layer.qkv.scale_inputs(layer.norm1 * root)
                 layer.gate_up.scale_inputs(layer.norm2 * root)
 
-    def new_cache(self, dtype, device) -> LeanKV:
-        return LeanKV(len(self.layers), self.kv_heads, self.head_dim, dtype, device)
-
-    def linears(self) -> list[Linear]:
-        return [m for l in self.layers for m in (l.qkv, l.o_proj, l.gate_up, l.down_proj)] + [self.lm_head]
-
     def _unit_norm(self, x):
-        """RMSNorm without its weight, over sqrt(hidden) (both folded into the next map). Rows
-        contiguous, as rms_norm gives them: a wide packed matmul leaves x transposed, and the
-        next one is slower on the transposed layout (0.87x at 4-8 rows here)."""
-        x = x.contiguous()
+        """RMSNorm without its weight, over sqrt(hidden) (both folded into the next map)."""
         return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).hypot_(self.norm_floor)
 
     def _norm(self, x, weight):
         # one op in any precision: in 16 bits torch's kernel sums in float32 and rounds once, after
         # the weight (transformers rounds before it too: the two differ by that one rounding)
         return torch.rms_norm(x, (x.shape[-1],), weight, self.eps)
-
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)
-        logits = self.run(ids, step, slice(-n_logits, None))
-        kv.length = step.end
-        return logits
 
     def run(self, ids: torch.Tensor, step, rows: slice) -> torch.Tensor:
         """`ids` through every layer, logits for `rows` of them. `step` (_SliceStep, or the
@@ -411,6 +369,9 @@ class _BigCodeBlock:
     mlp_proj: Linear
     act: object
 
+    def maps(self):
+        return self.c_attn, self.attn_proj, self.c_fc, self.mlp_proj
+
 
 def _ln(ln: torch.nn.Module, eps: float, vector=lambda t: t) -> tuple:
     """A LayerNorm's arguments, looked up once (its weight and bias through `vector`)."""
@@ -441,7 +402,7 @@ def _rope(cfg) -> tuple[torch.Tensor, float]:
     return 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)), 1.0
 
 
-class LeanBigCode:
+class LeanBigCode(_LeanBase):
     """GPTBigCode (StarCoder family): LayerNorm, learned positions, multi-query attention."""
 
     def __init__(self, model, pack_max_bytes: int = PACK_MAX_BYTES, quantize: str = "none"):
@@ -459,31 +420,19 @@ class LeanBigCode:
         weights = _Weights(model, linears, [(0,), (1,), (2,), (3,)], pack_max_bytes, quantize)
         self.packed, self.kernels, self.compute_dtype = weights.packed, weights.kernels, weights.compute_dtype
         ln = lambda m: _ln(m, cfg.layer_norm_epsilon, weights.vector)  # noqa: E731
-        self.blocks = [_BigCodeBlock(ln(b.ln_1), *(weights.linear([m]) for m in mods[:2]), ln(b.ln_2),
+        self.layers = [_BigCodeBlock(ln(b.ln_1), *(weights.linear([m]) for m in mods[:2]), ln(b.ln_2),
                                      *(weights.linear([m]) for m in mods[2:]), ACTIVATIONS[cfg.activation_function])
                        for b, mods in zip(self.inner.h, linears)]
         self.lm_head = weights.linear([model.lm_head])
         self.wte, self.ln_f = self.inner.wte.weight, ln(self.inner.ln_f)
         self.wpe = weights.vector(self.inner.wpe.weight)
 
-    def new_cache(self, dtype, device) -> LeanKV:
-        return LeanKV(len(self.blocks), self.kv_heads, self.head_dim, dtype, device)
-
-    def linears(self) -> list[Linear]:
-        return [m for b in self.blocks for m in (b.c_attn, b.attn_proj, b.c_fc, b.mlp_proj)] + [self.lm_head]
-
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)
-        logits = self.run(ids, step, slice(-n_logits, None))
-        kv.length = step.end
-        return logits
-
     def run(self, ids: torch.Tensor, step, rows: slice) -> torch.Tensor:
         """As LeanLlama.run (learned positions: `step.where` indexes them)."""
         n, hd, heads = ids.shape[0], self.head_dim, self.heads
         x = torch.embedding(self.wte, ids).to(self.compute_dtype) + self.wpe[step.where]
-        last, first = len(self.blocks) - 1, step.first_needed(rows)
-        for i, b in enumerate(self.blocks):
+        last, first = len(self.layers) - 1, step.first_needed(rows)
+        for i, b in enumerate(self.layers):
             qkv = b.c_attn(_layer_norm(x, b.ln_1))
             if self.mq:
                 q = qkv[:, :self.embed].view(n, heads, hd)
@@ -537,10 +486,11 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
     (0: never; it then reads the model's own weights), or, with `quantize`, makes quantized
     copies and frees the model's own (engine/quantize.py: the transformers forward can no
-    longer run that model; a model without a lean forward cannot be quantized). A model with
-    kernels to choose between (matmul.measures_kernels) takes those measured on this machine
-    for its shapes (engine/kernel_cache.py: once per machine, or once per process where the
-    cache is off, so two engines of one model compute alike) unless `kernels` says which."""
+    longer run that model; a model without a lean forward cannot be quantized). Unless `kernels`
+    says which, packed maps take FP16 where they can (matmul.fp16_kernels), and plain 16-bit
+    ones on a CPU the kernels measured on this machine for their shapes (engine/kernel_cache.py:
+    once per machine, or once per process where the cache is off, so two engines of one model
+    compute alike)."""
     reason = lean_unsupported(model)
     if reason is not None:
         if quantize != "none":
@@ -553,10 +503,10 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     if quantize != "none":
         model.specfill_quantized = quantize    # its own linear weights are gone
         return lean
-    if kernels is not None:
-        use_kernels(lean, kernels)
+    if kernels is not None or lean.packed:
+        use_kernels(lean, kernels or fp16_kernels(lean))
     elif measures_kernels(lean):
-        key = _shape_key(model) + (lean.packed, fp16_ready(lean))
+        key = _shape_key(model)
         known = _KERNELS_MEASURED.get(key) or kernel_cache.load(key)
         if known is not None:   # the same shapes again (a second engine, a later process)
             use_kernels(lean, known)
@@ -587,8 +537,7 @@ _KERNELS_MEASURED: dict[tuple, Kernels] = {}
 
 
 def _shape_key(model) -> tuple:
-    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads
-    (make_lean adds whether the weights are packed and float16 values, which FP16 needs)."""
+    """What a kernel measurement depends on: the architecture and its sizes, the dtype, threads."""
     param = next(model.parameters())
     sizes = tuple(sorted((k, v) for k, v in model.config.to_dict().items() if isinstance(v, int)))
     return type(model).__name__, sizes, str(param.dtype), str(param.device), torch.get_num_threads()
@@ -604,7 +553,7 @@ def long_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
 
 
 def _float_rows(logits: torch.Tensor) -> torch.Tensor:
-    """Logits as float32 rows in memory order (a wide packed matmul returns them transposed)."""
+    """Logits as float32 rows in memory order."""
     if logits.dtype == torch.float32 and logits.is_contiguous():
         return logits
     return logits.float().contiguous()

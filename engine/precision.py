@@ -1,17 +1,10 @@
-"""Which precision a model computes in, and why.
+"""Which precision a model computes in, and why (docs/design.md, "Precision").
 
-`dtype: auto` keeps a checkpoint's own 16-bit precision where that is fast: on a GPU always
-(bfloat16 where the GPU has it, else float16); on a CPU for a model past SMALL_MODEL_BYTES whose
-checkpoint is stored in 16 bits and whose 16-bit type the CPU computes natively (bfloat16:
-AVX512-BF16 or AMX on x86, BF16 on Arm; float16: F16C on x86, any Arm64). Decoding such a model
-reads every weight once a token, so half the bytes is about half the time, and nothing is
-rounded that the checkpoint did not already round. A small model (the shipped pair) stays in
-float32: its products are too small to be bound by memory, and float32 ones run faster there
-(engine/matmul.py measures its kernels). A float32 checkpoint stays float32 (16 bits would
-change its weights); `dtype: bfloat16` asks for that explicitly.
-
-`choose_dtype` returns the choice and one line saying why, which the load logs and
-`specfill --version` shows for this machine.
+`dtype: auto` keeps a checkpoint's own 16-bit precision where that is fast: on a GPU, and on a CPU
+for a model past SMALL_MODEL_BYTES whose 16-bit type the CPU computes natively (decoding reads
+every weight once a token: half the bytes is about half the time). A small model stays float32
+(its products are too small to be bound by memory), and so does a float32 checkpoint.
+`choose_dtype` returns the choice and one line saying why.
 """
 from __future__ import annotations
 

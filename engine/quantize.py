@@ -1,26 +1,13 @@
-"""Weight quantization for the lean forward (the `quantize` setting): `none`, `int8` or `int4`.
+"""Weight quantization for the lean forward (the `quantize` setting; docs/design.md, "Quantization").
 
-`int8` stores each linear map's weight as 8-bit integers with one scale per output row and
-multiplies with torch's own int8 kernels (FBGEMM on x86, QNNPACK on Arm): each row of input is
-quantized to 8 bits on the fly with its own scale, the products are summed in 32-bit integers
-and scaled back to float32. Like llama.cpp's q8_0, it reads a quarter of float32's bytes and half
-of bfloat16's, and several rows (a verify pass) cost little more than one.
-
-Every row of input is quantized alone, so a row's output is the same bit for bit whatever else
-is in the call: a verify pass of 8 tokens computes what 8 single steps would. (torch's dynamic
-kernel picks one scale for the whole input; scaling each row to a largest magnitude of 1 and
-adding a +1 and a -1 column, whose weights are zero, gives every call the same range.) The
-quantized model is a model of its own: decoding stays lossless with respect to it, the target
-alone quantized the same way, and its quality cost is measured apart (bench/quality.py).
-
-`int4` stores 4 bits a weight, in groups of INT4_GROUP along the input with a scale and an offset
-each (as llama.cpp's q4_1), and multiplies with torch's own int4 kernel on bfloat16 inputs: a
-decode step reads about half of int8's bytes, but the kernel unpacks the weights for every row
-of input, so a verify pass of several tokens costs several times one (int8's costs little more);
-and 16 levels a group cost more quality. Rows are independent there too.
-
-The embedding table stays in the checkpoint's precision (a lookup reads one row); a model whose
-output head shares the embedding's weight keeps that weight and adds an int8 copy for the head.
+`int8`: 8-bit integers with one scale per output row, through torch's int8 kernels (FBGEMM on
+x86, QNNPACK on Arm). torch's dynamic kernel picks one scale for the whole input; scaling each
+row to a largest magnitude of 1 and adding a +1 and a -1 column, whose weights are zero, gives
+every call the same range, so a row's output is the same bit for bit whatever else is in the
+call (a verify pass computes what single steps would).
+`int4`: 4 bits in groups of INT4_GROUP inputs with a scale and an offset each (llama.cpp's q4_1),
+through torch's CPU int4 kernel on bfloat16 inputs. Rows are independent there too.
+The embedding table stays in the checkpoint's precision; a tied output head gets its own copy.
 """
 from __future__ import annotations
 

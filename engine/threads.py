@@ -8,9 +8,8 @@ import torch
 
 def set_threads(threads: int, device: str) -> None:
     """Completion models are small: past a few threads, OpenMP synchronisation costs more than
-    it gains, and when the machine is busy (an editor, a build) an oversubscribed pool can be
-    a hundred times slower (measured here: 2.7 ms/token with 1 thread, 670 ms with 2 while
-    other work ran). Auto leaves half the cores to everything else."""
+    it gains, and on a busy machine an oversubscribed pool is far slower. Auto (threads <= 0)
+    leaves half the cores, at most 8 used, to everything else."""
     if threads <= 0:
         if os.environ.get("OMP_NUM_THREADS"):
             return  # the user chose; torch read it at start-up

@@ -1,21 +1,11 @@
-"""A checkpoint's quantized weights, made once and kept on disk (the `quantize` setting).
+"""A checkpoint's quantized weights, made once and kept on disk (docs/design.md, "Quantized loads").
 
-Loading a checkpoint quantized (engine/checkpoint.py's families, on a CPU) makes each linear
-map's product here, before the lean forward asks for it (engine/quantize.py, quantize_linears):
-- the first time, the checkpoint's tensors are read two at a time and each map's weight is
-  quantized as soon as it is read (its rows: quantize_rows), so its 16-bit weights are never all
-  in memory; the rows, the other tensors as loaded (norms, biases) and the lookup tables
-  (embeddings) are then written to weights/<hash of the path>-<quantize>.safetensors in specfill's
-  cache folder ($SPECFILL_WEIGHT_CACHE names another folder, or `off`);
-- later, that file is read instead: no arithmetic, only torch's packing of each product.
-Either way the tables are mapped from that file rather than read (a lookup reads a few rows: only
-those become resident), and a map's rows are freed once packed.
-
-The file is used only when the key in its metadata matches: the checkpoint's real path, each
-weight file's name, size and modification time, the quantization and its layout (LAYOUT, the
-int4 group), the dtype of the tables and torch's version. A file of another key is rebuilt; one
-that is unreadable, truncated or missing a tensor is rebuilt with one warning. Writes go through
-a temporary file, so a process loading at the same time never reads half a file.
+The first load reads the checkpoint's tensors two at a time and quantizes each map's weight as it
+is read (so its 16-bit weights are never all in memory), then writes the rows, the other tensors
+and the embedding tables to weights/<hash of the path>-<quantize>.safetensors in specfill's cache
+folder ($SPECFILL_WEIGHT_CACHE names another, or `off`); later loads read that file, mapping the
+tables. The file is used only when the key in its metadata matches (`cache_key`); another key, or a
+file unreadable, truncated or missing a tensor, is rebuilt. Writes go through a temporary file.
 """
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ def test_the_baseline_forward_loads_and_agrees_with_this_trees(tmp_path):
 def test_the_baseline_kernels_are_named():
     from bench.forward_cost import kernels_taken
     from engine.matmul import Kernels
-    assert kernels_taken(Kernels("rows", "rows", "openblas", "onednn")) == \
-        "one rows, few rows, verify openblas, prefill onednn"
+    assert kernels_taken(Kernels("fp16", "fp16", "rows", "rows")) == \
+        "one fp16, few fp16, verify rows, prefill rows"
     assert kernels_taken(None).startswith("fixed")
 
 

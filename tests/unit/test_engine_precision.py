@@ -239,18 +239,19 @@ def test_kernels_are_measured_once_per_machine_and_shape_and_kept(tmp_path, monk
     path = tmp_path / "kernels.json"
     monkeypatch.setenv("SPECFILL_KERNEL_CACHE", str(path))
     monkeypatch.setattr(lean_module, "_KERNELS_MEASURED", {})
-    first = make_lean(tiny_model("llama", 300))
-    assert first.packed and path.is_file()
+    model = lambda: tiny_model("llama", 300).to(torch.bfloat16)   # noqa: E731  (plain 16-bit: measured)
+    first = make_lean(model(), pack_max_bytes=0)
+    assert path.is_file()
     stored = json.loads(path.read_text())
     assert len(stored) == 1 and next(iter(stored.values()))["note"] == first.kernels.note
     monkeypatch.setattr(lean_module, "_KERNELS_MEASURED", {})     # a later process
     with caplog.at_level(logging.INFO, logger="specfill.engine"):
-        second = make_lean(tiny_model("llama", 300))
+        second = make_lean(model(), pack_max_bytes=0)
     assert second.kernels == first.kernels and f"matmul kernels from {path}" in caplog.text
     assert "matmul kernels:" not in caplog.text     # nothing was timed
     path.write_text("{not json")                     # a broken file is measured over
     monkeypatch.setattr(lean_module, "_KERNELS_MEASURED", {})
-    third = make_lean(tiny_model("llama", 300))
+    third = make_lean(model(), pack_max_bytes=0)
     assert third.kernels.note and json.loads(path.read_text())
 
 

@@ -65,38 +65,60 @@ class FastTokenizer:
         from tokenizers import Tokenizer
 
         self.backend_tokenizer: Tokenizer = backend
-        self._vocab = backend.get_vocab(with_added_tokens=True)
+        self._vocab: dict[str, int] | None = None     # get_vocab's, made on first use (0.1 s for 150k pieces)
+        self.kept = None      # engine.vocab_cache.KeptTokenizer where the load is kept in the cache
         added = {i: AddedToken(t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
         for i, token in (config.get("added_tokens_decoder") or {}).items():   # the config's word wins
             added[int(i)] = AddedToken(token["content"], bool(token.get("special")))
         self.added_tokens_decoder = added
         named = {key: _content(config.get(key)) for key in ("bos_token", "eos_token", "unk_token", "pad_token")}
-        self.bos_token_id = self._vocab.get(named["bos_token"]) if named["bos_token"] else None
-        self.eos_token_id = self._vocab.get(named["eos_token"]) if named["eos_token"] else None
+        token_id = backend.token_to_id     # an added token's id too, as get_vocab(with_added_tokens=True)
+        self.bos_token_id = token_id(named["bos_token"]) if named["bos_token"] else None
+        self.eos_token_id = token_id(named["eos_token"]) if named["eos_token"] else None
         extra = [_content(t) for t in config.get("additional_special_tokens") or config.get("extra_special_tokens") or []]
-        special = {self._vocab[t] for t in list(named.values()) + extra if t in self._vocab}
+        special = {token_id(t) for t in list(named.values()) + extra if t is not None and token_id(t) is not None}
         special |= {i for i, t in added.items() if t.special}
         self.all_special_ids = sorted(special)
         self._special = None
 
     @classmethod
     def from_dir(cls, path: str) -> "FastTokenizer":
+        """The folder's tokenizer: from its load kept in specfill's cache where there is one
+        (engine/vocab_cache.py: a faster form of tokenizer.json, and the vocabulary tables that
+        build_vocab then takes), else from tokenizer.json (build_vocab keeps both)."""
         from tokenizers import Tokenizer
+
+        from . import vocab_cache
 
         config_file = os.path.join(path, "tokenizer_config.json")
         config = {}
         if os.path.isfile(config_file):
             with open(config_file, encoding="utf-8") as f:
                 config = json.load(f)
-        backend = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+        cached, key = vocab_cache.read(path)
+        kept = None
+        if cached is not None:
+            backend = Tokenizer.from_str(cached.tokenizer_json)
+            kept = vocab_cache.KeptTokenizer(path, key, tables=cached.tables)
+            del cached
+        else:
+            with open(os.path.join(path, "tokenizer.json"), encoding="utf-8") as f:
+                source = f.read()
+            backend = Tokenizer.from_str(source)
+            if key is not None:
+                kept = vocab_cache.KeptTokenizer(path, key, source=source)
+            del source
         backend.encode_special_tokens = True
         backend.no_truncation()
         backend.no_padding()
         tokenizer = cls(backend, config)     # its special tokens as the files name them
+        tokenizer.kept = kept
         keep_control_tokens_as_text(backend)
         return tokenizer
 
     def get_vocab(self) -> dict[str, int]:
+        if self._vocab is None:
+            self._vocab = self.backend_tokenizer.get_vocab(with_added_tokens=True)
         return dict(self._vocab)
 
     def __len__(self) -> int:

@@ -252,6 +252,31 @@ def encode_plain_batch(plain, texts: list[str]) -> list[list[int]]:
 
 
 def build_vocab(tokenizer) -> TokenVocab:
+    """The vocabulary of `tokenizer`. A tokenizer read from a folder (engine.tokenizer.FastTokenizer)
+    takes its tables from specfill's cache where they were kept (engine/vocab_cache.py), and
+    keeps them there once built."""
+    kept = getattr(tokenizer, "kept", None)
+    if kept is not None and kept.tables is not None:
+        return _vocab_of(tokenizer, kept.tables)
+    tables = _tables(tokenizer)
+    if kept is not None:
+        kept.keep(tables)
+    return _vocab_of(tokenizer, tables)
+
+
+def _vocab_of(tokenizer, tables) -> TokenVocab:
+    vocab = TokenVocab(tokenizer=tokenizer, token_bytes=tables.token_bytes, special_ids=frozenset(tables.special_ids),
+                       bytes_to_id=tables.bytes_to_id, max_token_len=tables.max_token_len,
+                       _backend=plain_tokenizer(tokenizer), byte_pieces=tables.byte_pieces,
+                       byte_ids={b: i for i, b in tables.byte_pieces.items()})
+    vocab.dummy_prefix = vocab.bytes_of(vocab.encode_text("a")) == b" a"
+    return vocab
+
+
+def _tables(tokenizer):
+    """Each token's bytes, the special ids, bytes -> lowest id, the byte-fallback pieces."""
+    from .vocab_cache import VocabTables
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
     # the decoder's own definition (the whole tokenizer's is megabytes of JSON)
     decoder = getattr(backend, "decoder", None)
@@ -292,10 +317,5 @@ def build_vocab(tokenizer) -> TokenVocab:
     pieces = [(b, i) for i, b in enumerate(table) if b and i not in special]
     bytes_to_id = {b: i for b, i in reversed(pieces) if i in byte_pieces}
     bytes_to_id.update({b: i for b, i in reversed(pieces) if i not in byte_pieces})
-    plain = plain_tokenizer(tokenizer)
-    vocab = TokenVocab(tokenizer=tokenizer, token_bytes=table, special_ids=frozenset(special),
-                       bytes_to_id=bytes_to_id, max_token_len=max((len(b) for b in table), default=1),
-                       _backend=plain, byte_pieces=byte_pieces,
-                       byte_ids={b: i for i, b in byte_pieces.items()})
-    vocab.dummy_prefix = vocab.bytes_of(vocab.encode_text("a")) == b" a"
-    return vocab
+    return VocabTables(token_bytes=table, special_ids=sorted(special), bytes_to_id=bytes_to_id,
+                       byte_pieces=byte_pieces, max_token_len=max((len(b) for b in table), default=1))

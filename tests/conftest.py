@@ -11,6 +11,10 @@ if "SPECFILL_KERNEL_CACHE" not in os.environ:
 if "SPECFILL_WEIGHT_CACHE" not in os.environ:
     import tempfile
     os.environ["SPECFILL_WEIGHT_CACHE"] = tempfile.mkdtemp(prefix="specfill-weights-")
+# and their tokenizers' kept loads
+if "SPECFILL_VOCAB_CACHE" not in os.environ:
+    import tempfile
+    os.environ["SPECFILL_VOCAB_CACHE"] = tempfile.mkdtemp(prefix="specfill-vocab-")
 
 import torch  # noqa: E402
 

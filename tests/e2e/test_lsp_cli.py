@@ -82,6 +82,33 @@ def test_complete_prints_what_the_server_pipeline_gives(source_file, capsys):
     assert capsys.readouterr().out.rstrip("\n") == expected.rstrip("\n")
 
 
+# `specfill complete` as the script runs it (cli.main.main with no arguments), with an exit hook
+# that says on stderr whether Python's finalization ran
+AS_SCRIPT = ("import atexit, sys\n"
+             "atexit.register(lambda: print('finalized', file=sys.stderr))\n"
+             "from cli.main import main\n"
+             "sys.exit(main())\n")
+
+
+def test_complete_ends_its_process_once_the_answer_is_written(source_file):
+    """The command line ends its process right after the answer (no seconds of torch's teardown):
+    the answer, piped, is whole; refusals keep their exit code and their line."""
+    line, col = AT
+    expected = reference(source_file.resolve().as_uri(), SOURCE, line - 1, col - 1, maxNewTokens=24)
+    done = subprocess.run([sys.executable, "-c", AS_SCRIPT, "complete", f"{source_file}:{line}:{col}", *model_args()],
+                          capture_output=True, text=True, env=SERVER_ENV, cwd=ROOT, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip("\n") == expected.rstrip("\n")
+    assert "finalized" not in done.stderr
+    refused = subprocess.run([sys.executable, "-c", AS_SCRIPT, "complete", f"{source_file}:99:1", *model_args()],
+                             capture_output=True, text=True, env=SERVER_ENV, cwd=ROOT, timeout=240)
+    assert refused.returncode == 2 and "has 6 lines" in refused.stderr and "finalized" not in refused.stderr
+    # other commands end as Python ends them
+    version = subprocess.run([sys.executable, "-c", AS_SCRIPT, "--version"], capture_output=True, text=True,
+                             env=SERVER_ENV, cwd=ROOT, timeout=240)
+    assert version.returncode == 0 and "finalized" in version.stderr
+
+
 @pytest.mark.parametrize("location, message", [
     ("{file}:99:1", "has 6 lines"),
     ("{file}:1:200", "asked for column 200"),

@@ -29,6 +29,7 @@ class TokenPrompt:
     draft_ids: Callable[[], list[int]] | None = None   # the draft model's own prompt, built when a round first drafts
     stop_ids: Sequence[int] = ()                        # end tokens besides the target's special ones
     lookup_texts: Sequence[LookupText] = ()             # what prompt lookup reads besides the prompt
+    copy_source: Sequence[int] = ()                     # the region an edit model rewrites: the copy drafter proposes it
 
 
 class Prompt(Protocol):

@@ -35,6 +35,11 @@ VISITED = "specfill/visited"
 # from the target when asked (for cycling).
 ALTERNATIVES = "specfill/alternatives"
 
+# A request: {textDocument: {uri}, position} -> null, or the edit the user is likely to make next,
+# {uri, range, newText, id}: replacing `range` of the document (as the client sent it last) with
+# `newText` (lsp/next_edit.py).
+NEXT_EDIT = "specfill/nextEdit"
+
 # The server's notifications to the client. STATUS: the target's status, {backend, url, state:
 # ok|error, kind, message} (lsp/notify.py). DOCUMENT_STATUS: whether a document gets answers,
 # {textDocument: {uri}, state: ok|refused, reason: one line (empty when ok)}, sent when that
@@ -42,6 +47,6 @@ ALTERNATIVES = "specfill/alternatives"
 STATUS = "specfill/status"
 DOCUMENT_STATUS = "specfill/documentStatus"
 
-METHODS = {"alternatives": ALTERNATIVES, **NOTIFICATIONS, "yanked": YANKED, "visited": VISITED,
+METHODS = {"alternatives": ALTERNATIVES, "nextEdit": NEXT_EDIT, **NOTIFICATIONS, "yanked": YANKED, "visited": VISITED,
            "status": STATUS, "documentStatus": DOCUMENT_STATUS}
 """Every specfill/* method (requests and notifications, both ways), by short name."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 
+from lsp import next_edit
 from lsp.loading import ensure_models
 from lsp.notify import show
 from lsp.settings import parse_settings_leniently, unknown_keys, unknown_setting
@@ -39,6 +40,7 @@ def apply_settings(ls: SpecfillServer, raw: Any, source: str) -> bool:
     state.settings = new
     state.settings_version += 1
     log.info("settings v%d from %s: %s", state.settings_version, source, new)
+    next_edit.settings_changed(ls)
     if state.initialized:
         ensure_models(ls)
     return True

@@ -23,7 +23,7 @@ from urllib.parse import unquote
 from lsprotocol import types
 from pygls.protocol.language_server import lsp_method
 
-from lsp import backend, commands
+from lsp import backend, commands, next_edit
 from lsp.backend import encodable
 from lsp.pygls_compat import CheckedProtocol, server_of
 from lsp.settings import document_too_large
@@ -75,6 +75,7 @@ def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) ->
         elif key not in state.oversized:
             log.warning("didChange for a document that was never opened: %s", uri)
         return
+    before = doc.source
     try:
         for change in params.content_changes:
             doc.apply_change(change)
@@ -89,6 +90,8 @@ def did_change(ls: SpecfillServer, params: types.DidChangeTextDocumentParams) ->
         return
     if context_from(ls, "edits"):
         note_edit(ls, key, doc, edited_line(params.content_changes))
+    if state.settings.nextEdit != "off":
+        next_edit.record_change(ls, key, doc.uri, before, doc.source, params.content_changes)
 
 
 def did_close(ls: SpecfillServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -102,6 +105,7 @@ def did_close(ls: SpecfillServer, params: types.DidCloseTextDocumentParams) -> N
     if cancel is not None:
         cancel.set()
     edit_notes(ls).forget(key)
+    next_edit.forget_document(ls, key)
     # The pipeline knows the document by the URI it was opened with.
     forget_document(ls, doc.uri if doc is not None else uri)
 

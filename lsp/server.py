@@ -26,7 +26,7 @@ from pygls.lsp.server import LanguageServer
 
 from completion import selected as selected_item
 from completion.alternatives import MAX_CANDIDATES, alternatives
-from lsp import backend, client_log, collector, commands, telemetry
+from lsp import backend, client_log, collector, commands, next_edit, telemetry
 from lsp.arguments import SPECFILL_VERSION
 from lsp.config import apply_settings, on_pushed_settings, pull_settings
 from lsp.documents import SpecfillProtocol, document_key
@@ -313,6 +313,14 @@ async def on_alternatives(ls: SpecfillServer, params: Any) -> types.InlineComple
     return types.InlineCompletionList(items=[inline_item(ls, text, rng) for text, rng in found])
 
 
+@server.feature(commands.NEXT_EDIT)
+async def on_next_edit(ls: SpecfillServer, params: Any) -> Optional[dict]:
+    """specfill/nextEdit {textDocument: {uri}, position}: the edit the user is likely to make
+    next, or null (lsp/next_edit.py)."""
+    uri, position = next_edit.parse_params(telemetry.plain(params))
+    return await next_edit.next_edit(ls, uri, position)
+
+
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
 async def on_completion(ls: SpecfillServer, params: types.CompletionParams) -> types.CompletionList:
     # For clients without inline completion: the ghost text as one completion item.
@@ -412,6 +420,7 @@ def stats_report(ls: SpecfillServer) -> dict:
         "refusedDocuments": dict(state.oversized),
         "lastRequest": dict(state.last_request),
         "prefetch": asdict(state.prefetch.stats),
+        "nextEdit": state.next_edit.summary(),
         "inflight": len(state.inflight) + state.prefetch.in_flight(),
         "workerBusy": state.worker_busy,
         "pendingRequests": pending_requests(ls),
@@ -438,6 +447,6 @@ def stop_work(ls: SpecfillServer) -> None:
     """Cancel everything in flight and stop taking worker jobs (shutdown, client gone)."""
     state = ls.state
     state.prefetch.cancel()
-    for cancel in list(state.inflight.values()):
+    for cancel in [*state.inflight.values(), *state.next_edit.inflight.values()]:
         cancel.set()
     state.worker.shutdown(wait=False, cancel_futures=True)

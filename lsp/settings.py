@@ -29,6 +29,7 @@ from typing import Any
 
 from completion.alternatives import MAX_CANDIDATES
 from completion.context import MAX_DOCUMENT_CHARS
+from completion.edit_formats import FORMAT_NAMES as EDIT_FORMATS
 from completion.templates import FAMILIES, LAYOUTS
 from lsp.arguments import keyword_or_path
 from lsp.engine_limits import BACKENDS, DEVICE_PATTERN, DEVICES, DTYPES, MAX_DRAFT_LENGTH, QUANTIZE
@@ -275,6 +276,17 @@ class Settings:
         True, "Once a suggestion is shown, compute the next one in the background as if it were "
         "accepted, so accepting shows the following suggestion from the cache. It runs only while "
         "no request needs the models; a request anywhere else stops it at once.", "true or false")
+    nextEdit: str = _setting(
+        "off", "Next-edit suggestions: a model that reads your recent edits and the lines around the "
+        "cursor and suggests the edit you make next (the editors ask after a change settles). `off`; "
+        "`demo` (the shipped demo target, which shows the mechanics but cannot predict edits); a local "
+        "model directory (a Zeta or sweep-next-edit checkpoint); or the `http(s)://` URL of an "
+        "OpenAI-compatible server that runs one (`/v1/completions`, reached as `remote` says).",
+        "`off`, `demo`, local path or URL")
+    nextEditFormat: str = _setting(
+        "auto", "The edit model's prompt format: `zeta` (Zed's Zeta), `sweep` (sweep-next-edit), or `auto` "
+        "(from the model's name or path, else zeta; the demo's own copy format for `demo`).",
+        f"`auto`, {_quoted(EDIT_FORMATS)}", choices=("auto", *EDIT_FORMATS))
     remote: Remote = field(default_factory=Remote)     # one object: `remote: {backend, apiKey, ...}`
     options: Options = field(default_factory=Options)  # not a setting: the server's command line
 
@@ -387,6 +399,8 @@ def _check_value(f: dataclasses.Field, name: str, value: Any) -> Any:
         return value if meta.get("keep_case") else value.lower()
     if f.name == "datastore":   # a path keeps its case; the file is checked when the models load
         return keyword_or_path(value, ("auto", "none"))
+    if f.name == "nextEdit":    # a path or URL keeps its case; the model is checked when it loads
+        return keyword_or_path(value, ("off", "demo"))
     if f.name in ("targetModel", "draftModel"):
         low = value.lower()
         if low in ("default", "ngram", "none"):

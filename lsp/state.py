@@ -7,6 +7,7 @@ from typing import Optional
 
 from completion.stats import UserAcceptance
 from lsp.backend import Backend
+from lsp.next_edit import NextEditState
 from lsp.prefetch import Prefetcher
 from lsp.settings import Settings
 
@@ -63,3 +64,4 @@ class ServerState:
         max_workers=1, thread_name_prefix="specfill-torch"))
     worker_busy: bool = False            # a completion is running on the worker
     prefetch: Prefetcher = field(default_factory=Prefetcher)   # the next suggestion, ahead
+    next_edit: NextEditState = field(default_factory=NextEditState)   # specfill/nextEdit: edits, the edit model

@@ -10,6 +10,7 @@ export const SERVER_COMMANDS = {
 // The specfill/* methods of the server's own requests and notifications (both ways).
 export const SERVER_METHODS = {
   alternatives: "specfill/alternatives",
+  nextEdit: "specfill/nextEdit",
   shown: "specfill/shown",
   accepted: "specfill/accepted",
   dismissed: "specfill/dismissed",

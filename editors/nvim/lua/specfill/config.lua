@@ -94,6 +94,17 @@ M.defaults = {
   --       accepted, so accepting shows the following suggestion from the cache. It runs only while
   --       no request needs the models; a request anywhere else stops it at once. Allowed: true or
   --       false.
+  --   nextEdit = "off"
+  --       Next-edit suggestions: a model that reads your recent edits and the lines around the
+  --       cursor and suggests the edit you make next (the editors ask after a change settles).
+  --       `off`; `demo` (the shipped demo target, which shows the mechanics but cannot predict
+  --       edits); a local model directory (a Zeta or sweep-next-edit checkpoint); or the
+  --       `http(s)://` URL of an OpenAI-compatible server that runs one (`/v1/completions`, reached
+  --       as `remote` says). Allowed: `off`, `demo`, local path or URL.
+  --   nextEditFormat = "auto"
+  --       The edit model's prompt format: `zeta` (Zed's Zeta), `sweep` (sweep-next-edit), or `auto`
+  --       (from the model's name or path, else zeta; the demo's own copy format for `demo`).
+  --       Allowed: `auto`, `zeta`, `sweep`.
   --   remote = {
   --     backend = "auto"
   --         How to talk to a remote `targetModel` (a URL): `llamacpp` (llama.cpp's `/infill`, the

@@ -10,6 +10,7 @@ return {
   },
   methods = {
     alternatives = "specfill/alternatives",
+    nextEdit = "specfill/nextEdit",
     shown = "specfill/shown",
     accepted = "specfill/accepted",
     dismissed = "specfill/dismissed",

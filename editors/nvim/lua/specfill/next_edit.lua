@@ -67,7 +67,8 @@ function M.edit_of(buf, result, enc)
   end
   local text = result.newText:gsub('\r\n', '\n')
   if end_past then
-    -- The buffer has no line after its last end of line: the edit's last one is that one.
+    -- The buffer has no line after its last end of line: the edit's last one is that one (and
+    -- an edit that would drop it keeps it: the buffer's 'eol' writes it).
     if start_past then
       text = '\n' .. text
     end

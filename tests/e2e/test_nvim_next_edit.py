@@ -4,18 +4,24 @@ inline answer is empty the plugin asks specfill/nextEdit and draws exactly the e
 returned (read back from the extmarks; the server's answers are recorded as they reach the
 client), Tab jumps to it and Tab again applies exactly that edit; the dismiss key, moving the
 cursor, typing and leaving insert mode drop it, and Tab is Tab again; an inline completion at the
-cursor takes precedence (no next edit is asked).
+cursor takes precedence (no next edit is asked). In a tmux pane: the deleted text is struck
+through and the new text green on the screen.
 
 The inline answer is empty at the end of `def walk(root):` with `multiline: never` (the tiny
 pair's first line there is empty; tests/e2e/test_nvim_recover.py relies on the same)."""
 from __future__ import annotations
 
 import re
+import shutil
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_nvim import WAIT_MODEL_S, Nvim, attached_nvim, fresh_buffer, server_settings, type_until_ghost
+from tests.e2e.test_nvim import (SGR, TMUX, WAIT_MODEL_S, Nvim, TmuxNvim, attached_nvim, fresh_buffer,
+                                 server_settings, type_until_ghost)
 
 WALK = "import os\n\n\ndef walk(root)\n"   # `:` typed at the end of line 4 makes the empty case
 
@@ -201,3 +207,81 @@ def test_an_inline_completion_at_the_cursor_takes_precedence(editor):
     # Tab takes the inline completion.
     nv.send("<Tab>")
     nv.wait("#require('specfill').rendered(0) == 0", 10, "the ghost text accepted")
+
+
+def sgr_at(line: str, text: str) -> set[str] | None:
+    """The SGR attributes in force where `text` starts on a captured screen line: '9' for
+    strikethrough, '38;5;N' for a 256-colour foreground (None: `text` is not on the line)."""
+    target = SGR.sub("", line).find(text)
+    if target < 0:
+        return None
+    attrs: set[str] = set()
+    pos, last = 0, 0
+    for m in [*SGR.finditer(line), None]:
+        segment = line[last:m.start() if m else len(line)]
+        if pos + len(segment) > target:
+            return attrs
+        pos += len(segment)
+        if m is None:
+            return None
+        nums = m.group(1).split(";") if m.group(1) else ["0"]
+        i = 0
+        while i < len(nums):
+            n = nums[i] or "0"
+            if n == "0":
+                attrs.clear()
+            elif n == "29":
+                attrs.discard("9")
+            elif n == "38" and nums[i + 1:i + 2] == ["5"]:
+                attrs = {a for a in attrs if not a.startswith("38;")} | {";".join(nums[i:i + 3])}
+                i += 2
+            elif n == "39":
+                attrs = {a for a in attrs if not a.startswith("38;")}
+            else:
+                attrs.add(n)
+            i += 1
+        last = m.end()
+    return None
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux; .ci/run installs it)")
+def test_on_screen_the_deleted_text_is_struck_through_and_the_new_text_green():
+    tmp = Path(tempfile.mkdtemp(prefix="sfnt"))
+    (tmp / "walk.py").write_text(WALK)
+    settings = {**server_settings(), "multiline": "never", "extraTokens": 0, "nextEdit": "demo"}
+    nv = TmuxNvim(tmp, {"cmd": [sys.executable, "-m", "lsp"], "settings": settings, "debounce_ms": 30}, "walk.py")
+    try:
+        nv.wait("#vim.lsp.get_clients({ bufnr = 0, name = 'specfill' }) > 0", 60, "LSP attach")
+        nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
+        nv.send("a:")
+        nv.wait("next(require('specfill').rendered_next_edit(0)) ~= nil", WAIT_MODEL_S, "a next edit drawn")
+        shown = drawn(nv)
+        lines = nv.buffer().split("\n")
+        new = shown["inline"]["text"] if "inline" in shown else shown["lines"]["texts"][0]
+        struck = None
+        if "deleted" in shown:   # the first non-blank text of the deleted range
+            d = shown["deleted"]
+            for row in range(d["row"], d["end_row"] + 1):
+                text = lines[row][d["col"] if row == d["row"] else 0:d["end_col"] if row == d["end_row"] else None]
+                if text.strip():
+                    struck = text.strip()
+                    break
+        deadline = time.monotonic() + 10
+        while True:   # until the next edit has reached the pane
+            screen = nv.screen()
+            rows = SGR.sub("", screen).split("\n")
+            if new.strip() in screen and (struck is None or any(struck in r for r in rows)):
+                break
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.2)
+        raw = screen.split("\n")
+        if struck is not None:
+            attrs = next(a for a in (sgr_at(r, struck) for r in raw) if a is not None)
+            assert "9" in attrs, (struck, attrs, screen)
+        attrs = next(a for a in (sgr_at(r, new.strip()) for r in raw) if a is not None)
+        assert "38;5;71" in attrs and "9" not in attrs, (new, attrs, screen)
+        code = sgr_at(raw[0], "import os")
+        assert code is not None and "9" not in code and "38;5;71" not in code, screen
+    finally:
+        nv.close()
+        shutil.rmtree(tmp, ignore_errors=True)

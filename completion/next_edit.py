@@ -279,7 +279,8 @@ def suggest(engine, uri: str, key: str, text: str, line: int, character: int, hi
     figures = {"format": prompt.fmt.name, "verdict": parsed.verdict if suggestion or parsed.rewrite is None else "same",
                "stop_reason": result.stop_reason, "region_lines": [parts.region.first, parts.region.last],
                "edits": len(parts.edits), "prompt": prompt.text, "answer": result.text, "rewrite": parsed.rewrite,
-               "new_tokens": stats.new_tokens, "tokens_per_target_call": round(stats.tokens_per_target_call, 3),
+               "prompt_tokens": stats.prefill_tokens + stats.reused_tokens, "new_tokens": stats.new_tokens,
+               "tokens_per_target_call": round(stats.tokens_per_target_call, 3),
                "ms": round((time.perf_counter() - t0) * 1000, 2)}
     figures.update(result.figures)
     return Outcome(suggestion, figures)

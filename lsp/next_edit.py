@@ -99,12 +99,16 @@ def forget_document(ls: SpecfillServer, key: str) -> None:
 
 
 def settings_changed(ls: SpecfillServer) -> None:
-    """nextEdit switched off: the edit model's memory goes (on the worker, after what runs there)."""
+    """Settings applied. nextEdit switched off: the edit history goes, and the edit model's memory
+    (on the worker, after what runs there)."""
     state = ls.state.next_edit
-    if ls.state.settings.nextEdit != "off" or state.engine is None:
+    state.failed.clear()        # a model that failed to load is tried again with the next settings
+    if ls.state.settings.nextEdit != "off":
+        return
+    state.history = EditHistory()
+    if state.engine is None:
         return
     engine, state.engine, state.key = state.engine, None, None
-    state.history = EditHistory()
     try:
         ls.state.worker.submit(engine.close)
     except RuntimeError:   # worker shut down

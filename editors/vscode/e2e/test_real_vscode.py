@@ -444,9 +444,10 @@ def test_next_edit_is_drawn_where_the_inline_answer_is_empty_and_tab_jumps_then_
         typed_there = next(s["t"] for s in seen["steps"] if s["name"] == "typed where the inline answer is empty")
         assert asked_at and min(asked_at) >= typed_there / 1000 - 0.5, (asked_at, typed_there)
         # What is drawn is the server's edit: the range's text struck through, the new text after it.
-        answers = next_edit_answers(log)
-        assert answers, log[-40:]
-        edit = answers[-1]
+        # (The extension logs the id of the edit it applied.)
+        applied_ids = [m.group(1) for line in log if (m := re.search(r"next edit (\S+) applied", line))]
+        assert len(applied_ids) == 1, log[-40:]
+        (edit,) = [a for a in next_edit_answers(log) if str(a["id"]) == applied_ids[0]]
         start, end = edit["range"]["start"], edit["range"]["end"]
         a, b = text_offset(with_colon, start), text_offset(with_colon, end)
         for shown in (seen["shown"], seen["shownAgain"]):

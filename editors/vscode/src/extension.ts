@@ -50,7 +50,7 @@ import { Trigger, toggleText, toggleUpdate, whatToAsk } from './control';
 import { UserReports, suggestionId, withId } from './reports';
 import { alternativesParams } from './selected';
 import { Visits, placeOf } from './visits';
-import { WireNextEdit, nextEditWanted, parseNextEdit } from './nextEdit';
+import { AskedVersions, WireNextEdit, nextEditWanted, parseNextEdit } from './nextEdit';
 import { DISMISS_COMMAND, NextEdits, TAB_COMMAND } from './nextEditView';
 
 let client: LanguageClient | undefined;
@@ -74,8 +74,9 @@ const visits = new Visits((method, params) => {
 });
 const ALTERNATIVES = SERVER_METHODS.alternatives;
 const NEXT_EDIT = SERVER_METHODS.nextEdit;
-// The next edit shown (decorations), set up in activate().
+// The next edit shown (decorations), set up in activate(), and the versions asked about.
 let nextEdits: NextEdits;
+const nextEditAsked = new AskedVersions();
 const TOGGLE = 'specfill.toggle';
 const RESTART = 'specfill.restartServer';
 // Starting the server again after it exits unexpectedly (restart.ts), and the start pending.
@@ -422,9 +423,14 @@ function createClient(): LanguageClient {
             reports.answered(key, firstId, identity);
           }
         }, SETTLE_MS);
-        if (offered.length === 0 && nextEditWanted(scoped.get('nextEdit'))) {
-          // Nothing to insert here: ask where the next edit goes. Awaited, so that VS Code's
-          // token (cancelled by the next keystroke) cancels this request too.
+        if (
+          offered.length === 0 &&
+          nextEditWanted(scoped.get('nextEdit')) &&
+          document.version === version &&
+          nextEditAsked.shouldAsk(key, version, context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke)
+        ) {
+          // Nothing to insert here, after a change (or asked): where does the next edit go?
+          // Awaited, so that VS Code's token (cancelled by the next keystroke) cancels it too.
           await nextEdits.ask(document, token, (t) => askNextEdit(c, document, position, t));
         }
         return result;
@@ -607,6 +613,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.workspace.onDidCloseTextDocument((doc) => {
       shownCounter.forget(doc.uri.toString());
+      nextEditAsked.forget(doc.uri.toString());
       reports.closed(doc.uri.toString());
     }),
     nextEdits,

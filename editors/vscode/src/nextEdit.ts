@@ -40,6 +40,25 @@ function before(a: WirePosition, b: WirePosition): boolean {
   return a.line < b.line || (a.line === b.line && a.character < b.character);
 }
 
+/** Next edits are asked after a change: once per version of a document, unless the user asks
+ *  (VS Code also asks for inline completions when the cursor only moves). */
+export class AskedVersions {
+  private asked = new Map<string, number>();
+
+  /** Whether to ask for `document` at `version` now; records it when so. */
+  shouldAsk(document: string, version: number, invoked: boolean): boolean {
+    if (!invoked && this.asked.get(document) === version) {
+      return false;
+    }
+    this.asked.set(document, version);
+    return true;
+  }
+
+  forget(document: string): void {
+    this.asked.delete(document);
+  }
+}
+
 /** The server's answer as an edit of the document at `uri`, or undefined: null (nothing to
  *  suggest), another document, a malformed answer, or an edit that changes nothing. */
 export function parseNextEdit(result: unknown, uri: string): WireNextEdit | undefined {

@@ -2,7 +2,7 @@
 // label of the new text (node --test).
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { insertedLabel, nextEditWanted, parseNextEdit, tabAction } from '../src/nextEdit';
+import { AskedVersions, insertedLabel, nextEditWanted, parseNextEdit, tabAction } from '../src/nextEdit';
 
 const URI = 'file:///ws/example.py';
 const EDIT = {
@@ -45,4 +45,15 @@ test('Tab jumps to the edit first, then applies it', () => {
 test('the new text is labelled on one line', () => {
   assert.equal(insertedLabel('total'), 'total');
   assert.equal(insertedLabel('a\nb\r\nc'), 'a \u23ce b \u23ce c');
+});
+
+test('a next edit is asked once per version of a document, and whenever the user asks', () => {
+  const asked = new AskedVersions();
+  assert.equal(asked.shouldAsk(URI, 3, false), true);
+  assert.equal(asked.shouldAsk(URI, 3, false), false); // the cursor moved: no change
+  assert.equal(asked.shouldAsk(URI, 3, true), true); // asked explicitly
+  assert.equal(asked.shouldAsk('file:///ws/other.py', 3, false), true);
+  assert.equal(asked.shouldAsk(URI, 4, false), true); // changed
+  asked.forget(URI);
+  assert.equal(asked.shouldAsk(URI, 4, false), true);
 });

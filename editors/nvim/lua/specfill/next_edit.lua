@@ -25,6 +25,26 @@ function M.wanted()
   return M.METHOD ~= nil and type(setting) == 'string' and setting ~= 'off'
 end
 
+-- buf -> the b:changedtick last asked about.
+local asked = {}
+
+--- Whether to ask for `buf` at changedtick `tick` now: once after each change (entering insert
+--- mode asks for an inline completion too, with nothing changed), or whenever the user asks.
+--- Records it when so.
+function M.should_ask(buf, tick, invoked)
+  if not invoked and asked[buf] == tick then
+    return false
+  end
+  asked[buf] = tick
+  return true
+end
+
+--- Ask again without a change (the models finished loading: what was asked meanwhile got
+--- nothing).
+function M.forget_asked()
+  asked = {}
+end
+
 function M.clear()
   local s = M.current
   M.current = nil

@@ -95,8 +95,9 @@ function M.request(trigger_kind)
     if items[1] then
       next_edit.clear() -- an inline completion at the cursor takes precedence
       suggestion.present(req, items[1])
-    elseif next_edit.wanted() and api.nvim_buf_get_changedtick(buf) == req.tick then
-      -- Nothing to insert here: where does the next edit go? (Same text and cursor only.)
+    elseif next_edit.wanted() and api.nvim_buf_get_changedtick(buf) == req.tick
+        and next_edit.should_ask(buf, req.tick, trigger_kind == TRIGGER_INVOKED) then
+      -- Nothing to insert here, after a change (or asked): where does the next edit go?
       send(req, next_edit.METHOD, position, function(edit)
         next_edit.present(req, edit)
       end)
@@ -190,6 +191,7 @@ function M.set_enabled(_) end
 
 --- The models finished loading: requests made meanwhile got nothing, so ask again.
 function M.models_loaded()
+  next_edit.forget_asked()
   if editing.in_insert_mode() and not ghost.pending() then
     M.schedule()
   end

@@ -4,8 +4,8 @@ inline answer is empty the plugin asks specfill/nextEdit and draws exactly the e
 returned (read back from the extmarks; the server's answers are recorded as they reach the
 client), Tab jumps to it and Tab again applies exactly that edit; the dismiss key, moving the
 cursor, typing and leaving insert mode drop it, and Tab is Tab again; an inline completion at the
-cursor takes precedence (no next edit is asked). In a tmux pane: the deleted text is struck
-through and the new text green on the screen.
+cursor takes precedence (no next edit is asked), and with `nextEdit: off` none is asked. In a
+tmux pane: the deleted text is struck through and the new text green on the screen.
 
 The inline answer is empty at the end of `def walk(root):` with `multiline: never` (the tiny
 pair's first line there is empty; tests/e2e/test_nvim_recover.py relies on the same)."""
@@ -241,6 +241,24 @@ def sgr_at(line: str, text: str) -> set[str] | None:
             i += 1
         last = m.end()
     return None
+
+
+def test_with_next_edit_off_none_is_asked(editor, request):
+    nv = editor
+    nv.lua("require('specfill').set_settings({ nextEdit = 'off' })")
+    try:
+        name = re.sub(r"\W", "_", request.node.name) + ".py"
+        (nv.dir / name).write_text(WALK)
+        fresh_buffer(nv, name)
+        nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
+        nv.lua("_G.sf_asked = {}")
+        nv.send("a:")
+        nv.wait("vim.tbl_contains(_G.sf_asked, 'textDocument/inlineCompletion')", 10, "the inline request")
+        time.sleep(1.5)
+        assert drawn(nv) == {}
+        assert asked(nv) == ["textDocument/inlineCompletion"], asked(nv)
+    finally:
+        nv.lua("require('specfill').set_settings({ nextEdit = 'demo' })")
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux; .ci/run installs it)")

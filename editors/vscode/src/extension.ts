@@ -501,6 +501,7 @@ const serverProcesses = new WeakMap<LanguageClient, ServerProcess>();
 async function stopClient(): Promise<void> {
   const c = client;
   reports.dismissAll();
+  nextEdits.dismiss();
   client = undefined;
   if (c) {
     try {

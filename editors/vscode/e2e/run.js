@@ -21,12 +21,19 @@
 // Scenario `why`: asks for a suggestion where the answer is empty (Trigger Inline Suggestion at
 // the end of line E2E_LINE), reads what "specfill: Show Stats" says of the run, then opens each
 // of E2E_OTHER_FILES (comma-separated) and reads the status bar.
+// Scenario `nextEdit` (specfill.nextEdit on): reads the ordinary suggestion the keystroke got
+// and, a moment later, whether a next edit is drawn beside it; Escape. Then the cursor to the end
+// of line E2E_LINE and the keystroke E2E_TYPE2 there (where the inline answer is empty): reads
+// the next edit drawn (the struck-through text, the text drawn after it), Escape and reads
+// again; Trigger Inline Suggestion draws it again; Tab (reads the cursor), Tab (the edit
+// applied), saves and reads the file back.
 // Prints one JSON object with what it saw; screenshots go to $E2E_OUT.
 //
 // Environment: E2E_SCENARIO, E2E_DEPS (e2e/.deps), E2E_VSIX, E2E_WORKSPACE (folder with the
 // file), E2E_FILE (file name), E2E_SETTINGS (JSON user settings), E2E_OUT, E2E_PORT, E2E_TYPE
 // (the keystroke typed at the end of the file), E2E_GHOST_START (scenario `selected`: how the
-// ghost text beside the menu starts), CHROMIUM (default /usr/bin/chromium).
+// ghost text beside the menu starts), E2E_LINE and E2E_TYPE2 (scenarios `why` and `nextEdit`),
+// CHROMIUM (default /usr/bin/chromium).
 'use strict';
 const { spawn, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -528,6 +535,96 @@ async function why(page) {
   }
 }
 
+// The next edit as drawn: the struck-through text (each run of line-through spans, by line) and
+// the text drawn after it (an `after` decoration: generated content, or text of its own span).
+async function nextEditDrawn(page) {
+  return page.evaluate((editor) => {
+    const lines = [...document.querySelectorAll(`${editor} .view-line`)]
+      .sort((a, b) => parseFloat(a.style.top || '0') - parseFloat(b.style.top || '0'));
+    const struck = [];
+    const inserted = [];
+    for (const line of lines) {
+      let run = '';
+      for (const span of line.querySelectorAll('span')) {
+        if (span.children.length > 0) continue;
+        const style = getComputedStyle(span);
+        if (style.textDecorationLine.includes('line-through')) run += (span.textContent || '').replace(/\u00a0/g, ' ');
+        for (const pseudo of ['::before', '::after']) {
+          const content = getComputedStyle(span, pseudo).content;
+          if (content && content !== 'none' && content !== 'normal') inserted.push(content);
+        }
+      }
+      if (run) struck.push(run);
+    }
+    return { struck, inserted };
+  }, EDITOR);
+}
+
+function drawn(d) {
+  return d.struck.length > 0 || d.inserted.length > 0;
+}
+
+// The cursor as the status bar says it: { line, column } (1-based).
+async function cursorInStatusBar(page) {
+  return page.evaluate(() => {
+    for (const el of document.querySelectorAll('.statusbar-item')) {
+      const m = /Ln (\d+), Col (\d+)/.exec(el.textContent || '');
+      if (m) return { line: Number(m[1]), column: Number(m[2]) };
+    }
+    return null;
+  });
+}
+
+async function waitDrawn(page, what) {
+  await waitFor(what, async () => drawn(await nextEditDrawn(page)), 120000, 100);
+  await new Promise((r) => setTimeout(r, 500));
+  return nextEditDrawn(page);
+}
+
+async function nextEdit(page) {
+  // 1. An ordinary suggestion at the cursor: no next edit beside it.
+  result.first = await settledGhost(page, 'ghost text', (g) => g.trim() !== '');
+  await new Promise((r) => setTimeout(r, 3000));
+  result.drawnBesideGhost = await nextEditDrawn(page);
+  step('ordinary suggestion', { suggestion: result.first, nextEdit: result.drawnBesideGhost });
+  await page.screenshot({ path: path.join(out, '2-ordinary.png') });
+  await page.keyboard.press('Escape');
+  await waitFor('the ghost text to go', async () => (await ghostSuggestion(page)).trim() === '', 20000, 100);
+  // 2. A keystroke where the inline answer is empty: a next edit is drawn.
+  await page.keyboard.down('Control');
+  await page.keyboard.press('Home');
+  await page.keyboard.up('Control');
+  for (let i = 1; i < Number(env.E2E_LINE); i++) await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('End');
+  await page.keyboard.type(env.E2E_TYPE2);
+  step('typed where the inline answer is empty');
+  result.shown = await waitDrawn(page, 'a next edit drawn');
+  result.cursorShown = await cursorInStatusBar(page);
+  step('next edit', result.shown);
+  await page.screenshot({ path: path.join(out, '3-next-edit.png') });
+  // 3. Escape dismisses it.
+  await page.keyboard.press('Escape');
+  await waitFor('the next edit to go', async () => !drawn(await nextEditDrawn(page)), 20000, 100);
+  step('dismissed');
+  // 4. Asked again (an explicit trigger: the inline answer is still empty), then Tab, Tab.
+  await runCommand(page, 'Trigger Inline Suggestion');
+  result.shownAgain = await waitDrawn(page, 'the next edit again');
+  const file = path.join(env.E2E_WORKSPACE, env.E2E_FILE);
+  const before = fs.readFileSync(file, 'utf8');
+  await page.keyboard.press('Tab');
+  await new Promise((r) => setTimeout(r, 500));
+  result.cursorAfterJump = await cursorInStatusBar(page);
+  result.drawnAfterJump = await nextEditDrawn(page);
+  step('jumped', { cursor: result.cursorAfterJump });
+  await page.screenshot({ path: path.join(out, '4-jumped.png') });
+  await page.keyboard.press('Tab');
+  await waitFor('the next edit applied', async () => !drawn(await nextEditDrawn(page)), 20000, 100);
+  result.cursorAfterApply = await cursorInStatusBar(page);
+  await page.screenshot({ path: path.join(out, '5-applied.png') });
+  result.fileAfter = await saveAndRead(page, file, before);
+  step('saved');
+}
+
 async function main() {
   const userData = path.join(out, 'user-data');
   const extensions = path.join(out, 'extensions');
@@ -612,7 +709,7 @@ async function main() {
     await page.keyboard.up('Control');
     await page.keyboard.type(env.E2E_TYPE);
     step('typed');
-    const scenarios = { manual, selected, cycle, why, restart: (p) => restart(p, server.pid) };
+    const scenarios = { manual, selected, cycle, why, nextEdit, restart: (p) => restart(p, server.pid) };
     await (scenarios[env.E2E_SCENARIO] || complete)(page);
     result.ok = true;
   } catch (err) {

@@ -381,3 +381,82 @@ def test_the_status_bar_and_stats_say_why_nothing_is_shown(vsix, tmp_path):
         big, notes = seen["others"]["big.py"], seen["others"]["notes.md"]
         assert "specfill: file too large" in big["label"], big
         assert "specfill: off for markdown" in notes["label"], notes
+
+
+def next_edit_answers(log: list[str]) -> list[dict]:
+    """Each specfill/nextEdit answer the server sent that is an edit, in order, read from its
+    debug log (pygls logs each message it sends)."""
+    answers = []
+    for line in log:
+        _, found, body = line.partition("Sending data: ")
+        if not found:
+            continue
+        try:
+            message = json.loads(body)
+        except ValueError:
+            continue
+        result = message.get("result")
+        if isinstance(result, dict) and "newText" in result and "range" in result:
+            answers.append(result)
+    return answers
+
+
+def log_time(line: str) -> float | None:
+    """The time (epoch seconds) a line of VS Code's log was written, from its timestamp."""
+    import datetime
+
+    m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})", line)
+    return datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp() if m else None
+
+
+def text_offset(text: str, position: dict) -> int:
+    """The offset of an LSP position in `text` (ASCII: UTF-16 characters are columns)."""
+    return sum(len(line) + 1 for line in text.split("\n")[:position["line"]]) + position["character"]
+
+
+# An ordinary suggestion after `    r` at the end; at the end of `def walk(root):` (the colon typed
+# there) the inline answer is empty, so that keystroke asks for a next edit.
+NEXT_EDIT_FILE = "import os\n\n\ndef walk(root)\n\n\ndef add(a, b):\n    "
+
+
+def test_next_edit_is_drawn_where_the_inline_answer_is_empty_and_tab_jumps_then_applies_it(vsix, tmp_path):
+    settings = {
+        **tiny_pair_settings(),
+        "specfill.multiline": "never",
+        "specfill.extraTokens": 0,
+        "specfill.nextEdit": "demo",   # the shipped demo target asked to copy: the mechanics only
+        "specfill.server.args": ["-m", "lsp", "--log-level", "debug"],
+    }
+    uri = (tmp_path / "ws" / "example.py").as_uri()
+    typed = NEXT_EDIT_FILE + "r"
+    with_colon = typed.replace("def walk(root)", "def walk(root):")
+    assert pipeline_answer(settings, uri, typed).strip(), "the tiny pair suggests something after `    r`"
+    assert pipeline_answer(settings, uri, with_colon, at=(3, len("def walk(root):"))) == ""
+    seen, out = drive(vsix, tmp_path, "nextEdit", settings, text=NEXT_EDIT_FILE, E2E_TYPE="r",
+                      E2E_LINE="4", E2E_TYPE2=":")
+    with folder_on_failure(out):
+        log = output_channel_lines(out)
+        # An ordinary suggestion at the cursor takes precedence: none drawn beside it, none asked
+        # before the keystroke where the inline answer is empty.
+        assert seen["first"].strip(), seen
+        assert seen["drawnBesideGhost"] == {"struck": [], "inserted": []}, seen["drawnBesideGhost"]
+        asked_at = [log_time(line) for line in log if "Request 'specfill/nextEdit' received" in line]
+        typed_there = next(s["t"] for s in seen["steps"] if s["name"] == "typed where the inline answer is empty")
+        assert asked_at and min(asked_at) >= typed_there / 1000 - 0.5, (asked_at, typed_there)
+        # What is drawn is the server's edit: the range's text struck through, the new text after it.
+        # (The extension logs the id of the edit it applied.)
+        applied_ids = [m.group(1) for line in log if (m := re.search(r"next edit (\S+) applied", line))]
+        assert len(applied_ids) == 1, log[-40:]
+        (edit,) = [a for a in next_edit_answers(log) if str(a["id"]) == applied_ids[0]]
+        start, end = edit["range"]["start"], edit["range"]["end"]
+        a, b = text_offset(with_colon, start), text_offset(with_colon, end)
+        for shown in (seen["shown"], seen["shownAgain"]):
+            assert "".join(shown["struck"]) == with_colon[a:b].replace("\n", ""), (shown, edit)
+            label = edit["newText"].replace("\n", " \u23ce ")
+            assert shown["inserted"] == ([json.dumps(label, ensure_ascii=False)] if label else []), (shown, edit)
+        # Tab jumps to the edit's start, the edit still drawn; Tab applies exactly the edit.
+        assert seen["cursorAfterJump"] == {"line": start["line"] + 1, "column": start["character"] + 1}, seen
+        assert seen["drawnAfterJump"] == seen["shownAgain"], seen
+        assert seen["fileAfter"] == with_colon[:a] + edit["newText"] + with_colon[b:], (seen["fileAfter"], edit)
+        up_to_cursor = (with_colon[:a] + edit["newText"]).split("\n")
+        assert seen["cursorAfterApply"] == {"line": len(up_to_cursor), "column": len(up_to_cursor[-1]) + 1}, seen

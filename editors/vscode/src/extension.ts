@@ -1,6 +1,8 @@
 // specfill for VS Code: starts `specfill serve` with vscode-languageclient (whose built-in
 // inline completion feature draws the ghost text), keeps the server's settings in sync,
-// and shows loading progress, latency and acceptance in the status bar.
+// and shows loading progress, latency and acceptance in the status bar. Where an inline
+// completion comes back empty and the server's `nextEdit` setting is on, it asks for the next
+// edit and draws it (nextEditView.ts).
 import { ChildProcess, spawn } from 'node:child_process';
 import * as readline from 'node:readline';
 import * as vscode from 'vscode';
@@ -48,6 +50,8 @@ import { Trigger, toggleText, toggleUpdate, whatToAsk } from './control';
 import { UserReports, suggestionId, withId } from './reports';
 import { alternativesParams } from './selected';
 import { Visits, placeOf } from './visits';
+import { AskedVersions, WireNextEdit, nextEditWanted, parseNextEdit } from './nextEdit';
+import { DISMISS_COMMAND, NextEdits, TAB_COMMAND } from './nextEditView';
 
 let client: LanguageClient | undefined;
 let specs: Map<string, PropertySpec>;
@@ -69,6 +73,10 @@ const visits = new Visits((method, params) => {
   }
 });
 const ALTERNATIVES = SERVER_METHODS.alternatives;
+const NEXT_EDIT = SERVER_METHODS.nextEdit;
+// The next edit shown (decorations), set up in activate(), and the versions asked about.
+let nextEdits: NextEdits;
+const nextEditAsked = new AskedVersions();
 const TOGGLE = 'specfill.toggle';
 const RESTART = 'specfill.restartServer';
 // Starting the server again after it exits unexpectedly (restart.ts), and the start pending.
@@ -271,6 +279,26 @@ async function askAlternatives(
   }
 }
 
+/** specfill/nextEdit at the position: the edit the server suggests for the document as sent
+ *  last, or undefined (nothing to suggest, cancelled, failed: a failure says why in the log). */
+async function askNextEdit(
+  c: LanguageClient,
+  document: vscode.TextDocument,
+  position: vscode.Position,
+  token: vscode.CancellationToken,
+): Promise<WireNextEdit | undefined> {
+  const uri = c.code2ProtocolConverter.asUri(document.uri);
+  const params = { textDocument: { uri }, position: c.code2ProtocolConverter.asPosition(position) };
+  try {
+    return parseNextEdit(await c.sendRequest<unknown>(NEXT_EDIT, params, token), uri);
+  } catch (err) {
+    if (!token.isCancellationRequested) {
+      output.warn(`${NEXT_EDIT} failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return undefined;
+  }
+}
+
 /** The server of client `c` exited while it ran (killed, crashed): one notice, and a new
  *  server after the back-off (restart.ts), or none after too many exits in a row. */
 async function afterUnexpectedExit(c: LanguageClient, processes: ServerProcess): Promise<CloseHandlerResult> {
@@ -367,6 +395,9 @@ function createClient(): LanguageClient {
         }
         const texts = items.map((item) => (typeof item.insertText === 'string' ? item.insertText : item.insertText.value));
         const offered = items.filter((_, i) => texts[i].trim() !== '');
+        if (offered.length > 0) {
+          nextEdits.yieldTo(); // an inline completion at the cursor takes precedence
+        }
         const firstId = offered.length > 0 ? suggestionId(offered[0].command) : undefined;
         for (const item of offered) {
           item.command = acceptCommand(item.command);
@@ -392,6 +423,16 @@ function createClient(): LanguageClient {
             reports.answered(key, firstId, identity);
           }
         }, SETTLE_MS);
+        if (
+          offered.length === 0 &&
+          nextEditWanted(scoped.get('nextEdit')) &&
+          document.version === version &&
+          nextEditAsked.shouldAsk(key, version, context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke)
+        ) {
+          // Nothing to insert here, after a change (or asked): where does the next edit go?
+          // Awaited, so that VS Code's token (cancelled by the next keystroke) cancels it too.
+          await nextEdits.ask(document, token, (t) => askNextEdit(c, document, position, t));
+        }
         return result;
       },
     },
@@ -460,6 +501,7 @@ const serverProcesses = new WeakMap<LanguageClient, ServerProcess>();
 async function stopClient(): Promise<void> {
   const c = client;
   reports.dismissAll();
+  nextEdits.dismiss();
   client = undefined;
   if (c) {
     try {
@@ -547,6 +589,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   toggleItem.command = TOGGLE;
   renderToggle();
   toggleItem.show();
+  nextEdits = new NextEdits(output);
 
   context.subscriptions.push(
     output,
@@ -571,9 +614,17 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     vscode.workspace.onDidCloseTextDocument((doc) => {
       shownCounter.forget(doc.uri.toString());
+      nextEditAsked.forget(doc.uri.toString());
       reports.closed(doc.uri.toString());
     }),
+    nextEdits,
+    vscode.commands.registerCommand(TAB_COMMAND, () => nextEdits.tab()),
+    vscode.commands.registerCommand(DISMISS_COMMAND, () => nextEdits.dismiss()),
+    vscode.window.onDidChangeActiveTextEditor((editor) => nextEdits.switched(editor)),
     vscode.workspace.onDidChangeTextDocument((e) => {
+      if (e.contentChanges.length > 0) {
+        nextEdits.changed(e.document);
+      }
       for (const change of e.contentChanges) {
         reports.edited(e.document.uri.toString(), {
           startLine: change.range.start.line,

@@ -141,4 +141,12 @@ M.set_settings = server.set_settings
 -- For tests and statuslines: the ghost text currently drawn in `buf`.
 M.rendered = ghost.rendered
 
+--- Whether a next-edit suggestion is shown (the server's `nextEdit` setting; own renderer only).
+function M.next_edit_visible()
+  return require('specfill.next_edit').visible()
+end
+
+-- For tests and statuslines: the next edit currently drawn in `buf` (next_edit_view.rendered).
+M.rendered_next_edit = require('specfill.next_edit').rendered
+
 return M

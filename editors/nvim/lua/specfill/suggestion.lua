@@ -120,6 +120,10 @@ function M.present(req, item)
   if text:match('^%s*$') then
     return
   end
+  local now = api.nvim_buf_get_lines(req.buf, req.row, req.row + 1, false)[1]
+  if not now or now:sub(1, req.col) ~= req.line:sub(1, req.col) or #now < req.col then
+    return -- the text before the request's position changed since (deleted, or another line)
+  end
   -- Show it at the request's position, then let sync() account for keys typed since.
   local offer = telemetry.offer(req.client, item)
   ghost.show(req.buf, req.row, req.col, text, state.opts.hl_group, replace_len, offer)

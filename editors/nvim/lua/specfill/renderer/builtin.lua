@@ -3,8 +3,9 @@
 -- buffer and maps the accept key. What it does not do (M.MISSING, also in :checkhealth and
 -- the README): accept a word or a line (those keys are not mapped), cycle with this plugin's
 -- keys, this plugin's menu hiding, max_line_suffix, shown/dismissed reports (a whole accept
--- runs the item's command, so it is counted). Typing through is Neovim's own: it asks again
--- as you type (the server answers from its cache when you typed the suggestion's text).
+-- runs the item's command, so it is counted), next-edit suggestions. Typing through is
+-- Neovim's own: it asks again as you type (the server answers from its cache when you typed
+-- the suggestion's text).
 -- Not run in this project's tests: no Neovim 0.12 is installable on their machines.
 local server = require('specfill.server')
 local state = require('specfill.state')
@@ -13,7 +14,7 @@ local M = {}
 
 --- What the plugin's own renderer does that this one does not.
 M.MISSING = 'accept-word, accept-line, <M-]>/<M-[> cycling, hiding while pumvisible() or '
-  .. 'vim.b.specfill_hidden, max_line_suffix, shown/dismissed reports'
+  .. 'vim.b.specfill_hidden, max_line_suffix, shown/dismissed reports, next-edit suggestions'
 
 --- Whether this Neovim has vim.lsp.inline_completion.
 function M.available()

@@ -1,10 +1,12 @@
 -- specfill's own renderer (renderer = 'specfill', and 'auto' before Neovim 0.12): asks the
 -- server while you type (debounced), shows the answer as extmark ghost text, and has
--- typing-through, accept-word and accept-line.
+-- typing-through, accept-word and accept-line. Where the answer is empty and the server's
+-- `nextEdit` setting is on, it asks for the next edit instead (next_edit.lua).
 local api = vim.api
 local editing = require('specfill.editing')
 local ghost = require('specfill.ghost')
 local keys = require('specfill.keys')
+local next_edit = require('specfill.next_edit')
 local server = require('specfill.server')
 local state = require('specfill.state')
 local status = require('specfill.status')
@@ -36,7 +38,31 @@ function M.clear()
   stop_timer()
   cancel_pending()
   ghost.clear()
+  next_edit.clear()
   suggestion.settle()
+end
+
+--- Send `method` for `req` (the request's buffer and client), as the one request in flight:
+--- the one before it is cancelled, and the next one cancels it. on_answer(result) runs for an
+--- answer that is not an error.
+local function send(req, method, params, on_answer)
+  cancel_pending() -- Neovim never cancels superseded requests by itself
+  local ok, id = req.client:request(method, params, function(err, result)
+    if pending and pending.id == req.id then
+      pending = nil
+    end
+    if err then
+      if err.code ~= REQUEST_CANCELLED and err.code ~= CONTENT_MODIFIED then
+        status.failed()
+      end
+      return
+    end
+    on_answer(result)
+  end, req.buf)
+  if ok then
+    req.id = id
+    pending = { client = req.client, id = id }
+  end
 end
 
 --- Ask the server for a suggestion at the cursor now.
@@ -47,10 +73,9 @@ function M.request(trigger_kind)
   if not buf then
     return
   end
-  cancel_pending() -- Neovim never cancels superseded requests by itself
   local row, col = editing.cursor()
-  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
-  params.context = { triggerKind = trigger_kind or TRIGGER_AUTOMATIC }
+  local position = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  local params = vim.tbl_extend('force', position, { context = { triggerKind = trigger_kind or TRIGGER_AUTOMATIC } })
   local req = {
     client = client,
     buf = buf,
@@ -60,27 +85,24 @@ function M.request(trigger_kind)
     line = api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or '',
     started = vim.uv.hrtime(),
   }
-  local ok, id = client:request(INLINE, params, function(err, result)
-    if pending and pending.id == req.id then
-      pending = nil
-    end
-    if err then
-      if err.code ~= REQUEST_CANCELLED and err.code ~= CONTENT_MODIFIED then
-        status.failed()
-      end
-      return
-    end
+  send(req, INLINE, params, function(result)
     status.answered(req.started)
     local items = result and (result.items or result) or {}
     local stale = api.nvim_get_current_buf() ~= buf or not editing.in_insert_mode() or not state.enabled
-    if items[1] and not stale and not (ghost.current and ghost.current.buf == buf) then
-      suggestion.present(req, items[1])
+    if stale or (ghost.current and ghost.current.buf == buf) then
+      return
     end
-  end, buf)
-  if ok then
-    req.id = id
-    pending = { client = client, id = id }
-  end
+    if items[1] then
+      next_edit.clear() -- an inline completion at the cursor takes precedence
+      suggestion.present(req, items[1])
+    elseif next_edit.wanted() and api.nvim_buf_get_changedtick(buf) == req.tick
+        and next_edit.should_ask(buf, req.tick, trigger_kind == TRIGGER_INVOKED) then
+      -- Nothing to insert here, after a change (or asked): where does the next edit go?
+      send(req, next_edit.METHOD, position, function(edit)
+        next_edit.present(req, edit)
+      end)
+    end
+  end)
 end
 
 --- More than `max_line_suffix` characters of code follow the cursor on its line (trailing
@@ -120,6 +142,11 @@ end
 
 M.visible = suggestion.visible
 
+--- Whether Tab acts: a suggestion or a next edit is on screen.
+local function tab_acts()
+  return M.visible() or next_edit.visible()
+end
+
 local function accept(pick)
   if M.visible() then
     cancel_pending()
@@ -127,8 +154,15 @@ local function accept(pick)
   end
 end
 
+--- Tab: accept the suggestion, or jump to / apply the next edit.
 function M.accept()
-  accept(suggestion.all)
+  if M.visible() then
+    accept(suggestion.all)
+  elseif next_edit.visible() then
+    stop_timer()
+    cancel_pending()
+    next_edit.tab()
+  end
 end
 
 function M.accept_word()
@@ -157,6 +191,7 @@ function M.set_enabled(_) end
 
 --- The models finished loading: requests made meanwhile got nothing, so ask again.
 function M.models_loaded()
+  next_edit.forget_asked()
   if editing.in_insert_mode() and not ghost.pending() then
     M.schedule()
   end
@@ -169,6 +204,7 @@ function M.create_autocmds(group)
   api.nvim_create_autocmd({ 'TextChangedI', 'TextChangedP' }, {
     group = group,
     callback = function()
+      next_edit.sync() -- the text it was made for changed: gone
       if vim.fn.pumvisible() == 1 then
         suggestion.refresh()
       elseif not suggestion.sync() then
@@ -179,6 +215,7 @@ function M.create_autocmds(group)
   api.nvim_create_autocmd('CursorMovedI', {
     group = group,
     callback = function()
+      next_edit.sync() -- kept only while the cursor stays where it was left
       if vim.fn.pumvisible() == 1 then
         suggestion.refresh()
       else
@@ -208,13 +245,13 @@ function M.create_autocmds(group)
   api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, { group = group, callback = M.clear })
 end
 
---- Each key acts only while a suggestion is on screen; otherwise it does what it did before
---- (keys.lua).
+--- Each key acts only while a suggestion is on screen (accept and dismiss also while a next
+--- edit is); otherwise it does what it did before (keys.lua).
 function M.map_keys(lhs)
-  keys.map(lhs.accept, 'accept', M.visible)
+  keys.map(lhs.accept, 'accept', tab_acts)
   keys.map(lhs.accept_word, 'accept_word', M.visible)
   keys.map(lhs.accept_line, 'accept_line', M.visible)
-  keys.map(lhs.dismiss, 'dismiss', M.visible)
+  keys.map(lhs.dismiss, 'dismiss', tab_acts)
   keys.map(lhs.next, 'next', M.visible)
   keys.map(lhs.prev, 'prev', M.visible)
   if lhs.request then

@@ -88,6 +88,14 @@ class Suggestion:
     text: str
 
 
+def with_final_line_break(region: Region, document_lines: int, rewrite: str) -> str:
+    """`rewrite` of a region that ends at the document's end, after its final line break (the
+    region's last line is the empty one after it), with that line break kept: a model that stops
+    at the last line of code does not mean to delete it."""
+    at_end = region.last == document_lines - 1 and region.lines[-1] == ""
+    return rewrite + "\n" if at_end and not rewrite.endswith("\n") else rewrite
+
+
 def minimal_edit(region: Region, rewrite: str, eol: str = "\n") -> Suggestion | None:
     """The edit that turns the region's text into `rewrite` (LF): their common head and tail
     characters trimmed. None when the rewrite is the region."""
@@ -274,7 +282,8 @@ def suggest(engine, uri: str, key: str, text: str, line: int, character: int, hi
     gen = GenerationSettings(max_new_tokens=region_tokens + max(ANSWER_SLACK, region_tokens // 2), temperature=0.0)
     result = engine.decode(prompt, gen, cancel=cancel, stop_check=prompt.stop_check())
     parsed = parse_answer(prompt.fmt, result.text, result.stop_reason, parts.region)
-    suggestion = minimal_edit(parts.region, parsed.rewrite, eol) if parsed.rewrite is not None else None
+    rewrite = None if parsed.rewrite is None else with_final_line_break(parts.region, len(cur.lines), parsed.rewrite)
+    suggestion = minimal_edit(parts.region, rewrite, eol) if rewrite is not None else None
     stats = result.stats
     figures = {"format": prompt.fmt.name, "verdict": parsed.verdict if suggestion or parsed.rewrite is None else "same",
                "stop_reason": result.stop_reason, "region_lines": [parts.region.first, parts.region.last],

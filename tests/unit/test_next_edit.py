@@ -9,7 +9,7 @@ from completion.context import parse_document
 from completion.edit_formats import FORMATS, format_for
 from completion.edit_history import EditHistory, line_edit
 from completion.next_edit import (NextEditPrompt, Region, minimal_edit, original_lines, parse_answer, prompt_parts,
-                                  prompt_text, region_at)
+                                  prompt_text, region_at, with_final_line_break)
 
 DOC = "import os\n\n\ndef area(w, height):\n    result = width * height\n    return result\n"
 BEFORE = DOC.replace("area(w,", "area(width,")
@@ -209,3 +209,17 @@ def test_crlf_and_non_ascii_lines():
     # the new text in the document's line ending
     e = minimal_edit(region, "x = 'é'\ny = '😀'\nw = 2\nz = 1\n", cur.eol)
     assert (e.start, e.end, e.text) == ((2, 0), (2, 0), "w = 2\r\n")
+
+
+def test_a_rewrite_of_the_files_end_keeps_its_final_line_break():
+    region = region_at(parse_document("a = 1\nb = 2\n", 1, 0), 10, 10)      # ("a = 1", "b = 2", "")
+    kept = with_final_line_break(region, 3, "a = 1\nb = 3")
+    assert kept == "a = 1\nb = 3\n"
+    edit = minimal_edit(region, kept)
+    assert (edit.start, edit.end, edit.text) == ((1, 4), (1, 5), "3")
+    assert with_final_line_break(region, 3, "a = 1\nb = 2\n") == "a = 1\nb = 2\n"
+    # a region that stops before the document's end, or a document without a final line break
+    inner = region_at(parse_document("a = 1\nb = 2\nc = 3\n", 0, 0), 0, 1)
+    assert with_final_line_break(inner, 4, "a = 1\nb = 3") == "a = 1\nb = 3"
+    bare = region_at(parse_document("a = 1\nb = 2", 1, 0), 10, 10)
+    assert with_final_line_break(bare, 2, "a = 1") == "a = 1"

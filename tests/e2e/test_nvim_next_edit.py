@@ -3,8 +3,11 @@ target asked to copy the region; what it suggests is not the point, the mechanic
 inline answer is empty the plugin asks specfill/nextEdit and draws exactly the edit the server
 returned (read back from the extmarks; the server's answers are recorded as they reach the
 client), Tab jumps to it and Tab again applies exactly that edit; the dismiss key, moving the
-cursor, typing and leaving insert mode drop it, and Tab is Tab again; an inline completion at the
-cursor takes precedence (no next edit is asked), and with `nextEdit: off` none is asked. In a
+cursor and typing drop it, and Tab is Tab again; leaving insert mode keeps it, in normal mode. An
+inline completion at the cursor takes precedence (no next edit is asked), and with
+`nextEdit: off` none is asked. In normal mode a change (`x`, `cw...<Esc>`, undo) asks for the
+next edit alone: drawn as the server answered, Tab jumps and Tab applies it, <Esc>, moving and
+another change drop it, and <Tab> with none shown still jumps forward in the jump list. In a
 tmux pane: the deleted text is struck through and the new text green on the screen.
 
 The inline answer is empty at the end of `def walk(root):` with `multiline: never` (the tiny
@@ -99,6 +102,36 @@ def ask_where_the_answer_is_empty(nv: Nvim) -> None:
             "a next edit drawn")
 
 
+def assert_drawn(nv: Nvim, edit: dict, before: str) -> dict:
+    """What is drawn is the server's `edit` of `before` (the buffer's text): the range it replaces
+    struck through, the text it writes beside it. Returns what is drawn."""
+    after = applied(before, edit)
+    assert after != before
+    shown = drawn(nv)
+    start, end = edit["range"]["start"], edit["range"]["end"]
+    last_row = len(before.split("\n")) - 2
+    if (start["line"], start["character"]) != (end["line"], end["character"]):
+        end_row, end_col = (end["line"], end["character"]) if end["line"] <= last_row else (last_row, len(before.split("\n")[last_row]))
+        assert shown["deleted"] == {"row": start["line"], "col": start["character"],
+                                    "end_row": end_row, "end_col": end_col}, (shown, edit)
+    else:
+        assert "deleted" not in shown, (shown, edit)
+    if start["line"] == end["line"] and "\n" not in edit["newText"]:
+        assert shown["inline"] == {"row": end["line"], "col": end["character"], "text": edit["newText"]}, (shown, edit)
+    else:
+        assert shown.get("lines", {}).get("texts", []) == changed_lines(before, after), (shown, edit)
+    return shown
+
+
+def the_edit_drawn(nv: Nvim) -> dict:
+    """Wait for a next edit drawn; it is the server's latest answer (the one the plugin keeps)."""
+    nv.wait("next(require('specfill').rendered_next_edit(0)) ~= nil", WAIT_MODEL_S, "a next edit drawn")
+    edit = [a["result"] for a in nv.lua("return _G.sf_answers") if a["result"]][-1]
+    assert nv.lua("return require('specfill.next_edit').current.result") == edit
+    assert edit["uri"] == nv.lua("return vim.uri_from_bufnr(0)"), edit
+    return edit
+
+
 @pytest.fixture
 def walk(editor, request):
     """The editor on a new file holding WALK, `:` just typed at the end of line 4 (insert mode):
@@ -116,31 +149,12 @@ def walk(editor, request):
 
 def test_the_edit_drawn_is_the_servers_and_tab_jumps_then_applies_it(walk):
     nv = walk
-    nv.wait("next(require('specfill').rendered_next_edit(0)) ~= nil", WAIT_MODEL_S, "a next edit drawn")
+    edit = the_edit_drawn(nv)
     assert nv.ghost() == []   # the inline answer here is empty: that is why it was asked
-    answers = nv.lua("return _G.sf_answers")
-    edit = [a["result"] for a in answers if a["result"]][-1]
-    # The one drawn is that answer (the plugin keeps what it got).
-    assert nv.lua("return require('specfill.next_edit').current.result") == edit
     before = buffer_text(nv)
-    assert edit and edit["uri"] == nv.lua("return vim.uri_from_bufnr(0)"), answers
     after = applied(before, edit)
-    assert after != before
-
-    # Drawn: the range it replaces struck through, the text it writes beside it.
-    shown = drawn(nv)
-    start, end = edit["range"]["start"], edit["range"]["end"]
-    last_row = len(before.split("\n")) - 2
-    if (start["line"], start["character"]) != (end["line"], end["character"]):
-        end_row, end_col = (end["line"], end["character"]) if end["line"] <= last_row else (last_row, len(before.split("\n")[last_row]))
-        assert shown["deleted"] == {"row": start["line"], "col": start["character"],
-                                    "end_row": end_row, "end_col": end_col}, (shown, edit)
-    else:
-        assert "deleted" not in shown, (shown, edit)
-    if start["line"] == end["line"] and "\n" not in edit["newText"]:
-        assert shown["inline"] == {"row": end["line"], "col": end["character"], "text": edit["newText"]}, (shown, edit)
-    else:
-        assert shown.get("lines", {}).get("texts", []) == changed_lines(before, after), (shown, edit)
+    shown = assert_drawn(nv, edit, before)
+    start = edit["range"]["start"]
 
     # Tab jumps to its start (unless the cursor is there), the edit still drawn; Tab applies it.
     row, col = nv.cursor()
@@ -160,7 +174,7 @@ def test_the_edit_drawn_is_the_servers_and_tab_jumps_then_applies_it(walk):
     assert nv.lua("return vim.api.nvim_get_mode().mode") == "i"
 
 
-def test_dismiss_key_moving_typing_and_esc_drop_it_and_tab_is_tab_again(walk):
+def test_dismiss_key_moving_and_typing_drop_it_tab_is_tab_again_and_esc_keeps_it(walk):
     nv = walk
     nv.wait("next(require('specfill').rendered_next_edit(0)) ~= nil", WAIT_MODEL_S, "a next edit drawn")
     before = buffer_text(nv)
@@ -187,9 +201,118 @@ def test_dismiss_key_moving_typing_and_esc_drop_it_and_tab_is_tab_again(walk):
     nv.send("<BS>")
 
     ask_where_the_answer_is_empty(nv)
-    nv.send("<Esc>")   # leaving insert mode
+    shown, result = drawn(nv), nv.lua("return require('specfill.next_edit').current.result")
+    nv.send("<Esc>")   # leaving insert mode keeps it, now in normal mode, for the normal-mode keys
     nv.wait("vim.api.nvim_get_mode().mode == 'n'", 10, "normal mode")
-    assert drawn(nv) == {}
+    time.sleep(0.3)   # the debounce and more: the change the insert made is not asked about again
+    assert drawn(nv) == shown and nv.lua("return require('specfill').next_edit_visible()")
+    assert nv.lua("return require('specfill.next_edit').current.result") == result
+    nv.send("<Esc>")   # and <Esc> in normal mode drops it
+    nv.wait("next(require('specfill').rendered_next_edit(0)) == nil", 10, "<Esc> in normal mode")
+    assert nv.lua("return vim.api.nvim_get_mode().mode") == "n"
+
+
+@pytest.fixture
+def walk_normal(editor, request):
+    """The editor in normal mode on a new file holding WALK, nothing asked yet."""
+    nv = editor
+    name = re.sub(r"\W", "_", request.node.name) + ".py"
+    (nv.dir / name).write_text(WALK)
+    fresh_buffer(nv, name)
+    nv.lua("_G.sf_asked, _G.sf_answers = {}, {}")
+    return nv
+
+
+def mode(nv: Nvim) -> str:
+    return nv.lua("return vim.api.nvim_get_mode().mode")
+
+
+def changedtick(nv: Nvim) -> int:
+    return nv.lua("return vim.b.changedtick")
+
+
+def normal_col(line: str, col: int) -> int:
+    """Where normal mode puts the cursor for byte `col` of `line` (ASCII): on a character."""
+    return max(0, min(col, len(line) - 1))
+
+
+def test_a_change_in_normal_mode_shows_the_servers_next_edit_and_tab_tab_applies_it(walk_normal):
+    nv = walk_normal
+    nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
+    nv.send("x")   # deletes the `)` of `def walk(root)`
+    edit = the_edit_drawn(nv)
+    method = nv.lua("return require('specfill.protocol').methods.nextEdit")
+    assert asked(nv) == [method]   # the next edit alone: no inline completion in normal mode
+    assert mode(nv) == "n"
+    before = buffer_text(nv)
+    assert before == "import os\n\n\ndef walk(root\n"
+    after = applied(before, edit)
+    shown = assert_drawn(nv, edit, before)
+
+    # Tab jumps to its start (here away from the cursor), the edit still drawn; Tab applies it.
+    start = edit["range"]["start"]
+    jump = (start["line"], normal_col(before.split("\n")[start["line"]], start["character"]))
+    assert nv.cursor() != jump, (nv.cursor(), edit)
+    nv.send("<Tab>")
+    nv.wait(f"vim.deep_equal(vim.api.nvim_win_get_cursor(0), {{ {jump[0] + 1}, {jump[1]} }})", 10, "the jump to the edit")
+    assert drawn(nv) == shown and buffer_text(nv) == before and mode(nv) == "n"
+    tick = changedtick(nv)
+    nv.send("<Tab>")
+    nv.wait(f"vim.b.changedtick ~= {tick}", 10, "the edit applied")
+    assert buffer_text(nv) == (after if after.endswith("\n") else after + "\n")
+    # The cursor on the last character written (where the last line written is empty, on what
+    # follows it), in normal mode.
+    up_to_cursor = after[:offset(before, start) + len(edit["newText"])].split("\n")
+    row = len(up_to_cursor) - 1
+    col = len(up_to_cursor[-1]) - (1 if edit["newText"].split("\n")[-1] else 0)
+    assert nv.cursor() == (row, normal_col(after.split("\n")[row], col))
+    assert mode(nv) == "n"
+
+
+def test_after_cw_esc_the_next_edit_shows_esc_drops_it_and_tab_still_jumps_forward(walk_normal):
+    nv = walk_normal
+    nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 4 })")
+    nv.send("cwwalker<Esc>")   # a change made through insert mode, asked about once back in normal mode
+    edit = the_edit_drawn(nv)
+    assert mode(nv) == "n" and nv.lua("return vim.api.nvim_get_current_line()") == "def walker(root)"
+    before = buffer_text(nv)
+    assert_drawn(nv, edit, before)
+    nv.send("<Esc>")
+    nv.wait("next(require('specfill').rendered_next_edit(0)) == nil", 10, "<Esc> dropping it")
+    assert buffer_text(nv) == before and mode(nv) == "n"
+
+    # Nothing shown: <Tab> is <C-i>, forward in the jump list.
+    here = nv.cursor()
+    nv.send("gg")
+    nv.wait("vim.api.nvim_win_get_cursor(0)[1] == 1", 10, "gg")
+    nv.send("<C-o>")
+    nv.wait(f"vim.api.nvim_win_get_cursor(0)[1] == {here[0] + 1}", 10, "<C-o> back")
+    nv.send("<Tab>")
+    nv.wait("vim.api.nvim_win_get_cursor(0)[1] == 1", 10, "<Tab> forward in the jump list")
+    assert buffer_text(nv) == before and drawn(nv) == {}
+    assert len(asked(nv)) == 1   # moving asks nothing
+
+
+def test_moving_and_another_change_drop_the_normal_mode_edit(walk_normal):
+    nv = walk_normal
+    nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
+    nv.send("x")
+    the_edit_drawn(nv)
+    nv.send("h")   # moving away
+    nv.wait("next(require('specfill').rendered_next_edit(0)) == nil", 10, "moving to drop it")
+    time.sleep(0.3)
+    assert len(asked(nv)) == 1 and drawn(nv) == {}   # and asks nothing
+
+    nv.send("x")
+    the_edit_drawn(nv)
+    first = nv.lua("return require('specfill.next_edit').current")
+    nv.send("u")   # another change (an undo): the edit shown goes, the new text is asked about
+    nv.wait("#_G.sf_answers == 3", WAIT_MODEL_S, "the answer about the undo")
+    tick = changedtick(nv)
+    now = nv.lua("return require('specfill.next_edit').current")
+    latest = nv.lua("return _G.sf_answers")[-1]["result"]
+    assert now is None or (now["tick"] == tick and now["tick"] != first["tick"] and now["result"] == latest), (now, first)
+    assert len(asked(nv)) == 3
 
 
 def test_an_inline_completion_at_the_cursor_takes_precedence(editor):
@@ -254,6 +377,8 @@ def test_with_next_edit_off_none_is_asked(editor, request):
         nv.lua("_G.sf_asked = {}")
         nv.send("a:")
         nv.wait("vim.tbl_contains(_G.sf_asked, 'textDocument/inlineCompletion')", 10, "the inline request")
+        nv.send("<Esc>x")   # and changes in normal mode: leaving insert mode after one, then `x`
+        nv.wait("vim.api.nvim_get_current_line() == 'def walk(root)'", 10, "the `:` deleted")
         time.sleep(1.5)
         assert drawn(nv) == {}
         assert asked(nv) == ["textDocument/inlineCompletion"], asked(nv)

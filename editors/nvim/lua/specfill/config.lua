@@ -136,7 +136,8 @@ M.defaults = {
   -- accept-word / accept-line / cycling (see the README).
   renderer = 'auto',
 
-  -- Ask for a suggestion automatically while typing in insert mode.
+  -- Ask for a suggestion automatically while typing in insert mode (and, with the server's
+  -- `nextEdit` on, for a next edit after a change in normal mode).
   -- false = only on the `request` key.
   auto_trigger = true,
 
@@ -155,19 +156,23 @@ M.defaults = {
   --   vim.api.nvim_set_hl(0, 'SpecfillGhost', { fg = '#6e7681', ctermfg = 243, italic = true })
   hl_group = 'SpecfillGhost',
 
-  -- Insert-mode keys. Each one only acts while a suggestion is visible (`request`
-  -- always acts); otherwise the key does what it did before setup(): your own global
-  -- insert-mode mapping of it, if you had one, or its own meaning. No suggestion is drawn,
-  -- and so no key acts, while a popup menu is open or vim.b.specfill_hidden is set (set it
-  -- from nvim-cmp's or blink.cmp's menu events). false = no mapping.
+  -- Insert-mode keys, and two normal-mode keys for next-edit suggestions (server setting
+  -- `nextEdit`). Each one only acts while a suggestion is visible (`request` always acts);
+  -- otherwise the key does what it did before setup(): your own global mapping of it in that
+  -- mode, if you had one, or its own meaning (in normal mode <Tab> is <C-i>, jump forward).
+  -- No suggestion is drawn, and so no key acts, while a popup menu is open or
+  -- vim.b.specfill_hidden is set (set it from nvim-cmp's or blink.cmp's menu events).
+  -- false = no mapping.
   keys = {
-    accept = '<Tab>', -- insert the whole suggestion
+    accept = '<Tab>', -- insert the whole suggestion (a next edit: jump to it, then apply it)
     accept_word = '<C-Right>', -- insert its next word
     accept_line = '<S-Tab>', -- insert the rest of its current line
     dismiss = '<C-]>', -- hide it
     next = '<M-]>', -- the next alternative (server setting `candidates`; asked for on first press)
     prev = '<M-[>', -- the previous alternative
     request = '<M-\\>', -- ask now, without waiting for the debounce
+    normal_accept = '<Tab>', -- normal mode: jump to the next edit shown, then apply it
+    normal_dismiss = '<Esc>', -- normal mode: hide the next edit shown
   },
 
   -- Name of the LSP client (vim.lsp.config / vim.lsp.enable / :checkhealth vim.lsp).

@@ -8,6 +8,11 @@ function M.in_insert_mode()
   return mode == 'i' or mode == 'R'
 end
 
+--- Normal mode, an operator pending included (`d` typed, its motion not yet).
+function M.in_normal_mode()
+  return api.nvim_get_mode().mode:sub(1, 1) == 'n'
+end
+
 --- The cursor as (row, col): 0-based row, 0-based byte column.
 function M.cursor()
   local pos = api.nvim_win_get_cursor(0)

@@ -1,9 +1,10 @@
--- Next-edit suggestions (the server's `nextEdit` setting): after a change settles and the
--- inline completion at the cursor came back empty, the renderer asks the server where the
--- next edit goes (specfill/nextEdit). The answer is one edit of the document: drawn by
--- next_edit_view.lua, Tab jumps to it, Tab again applies it. Typing, moving the cursor
--- yourself, leaving insert mode or the dismiss key drop it; an inline completion shown at the
--- cursor takes precedence over it.
+-- Next-edit suggestions (the server's `nextEdit` setting). The renderer asks the server where
+-- the next edit goes (specfill/nextEdit) after a change settles: in insert mode when the inline
+-- completion at the cursor came back empty (one shown takes precedence), in normal mode after
+-- any change (`dd`, `x`, `p`, `.`, undo, `cw...<Esc>`). The answer is one edit of the document:
+-- drawn by next_edit_view.lua, Tab jumps to it, Tab again applies it. Another change, moving the
+-- cursor yourself or the dismiss key drop it, and so does leaving the mode it was shown in,
+-- but for one case: leaving insert mode for normal mode keeps it, as if asked there.
 local api = vim.api
 local editing = require('specfill.editing')
 local ghost = require('specfill.ghost')
@@ -14,10 +15,20 @@ local M = {}
 
 M.METHOD = require('specfill.protocol').methods.nextEdit
 
---- The suggestion on screen, or nil: { buf, tick (b:changedtick it belongs to), edit = { sr,
---- sc, er, ec, text } (0-based rows, byte columns), result (the server's answer as it came),
---- anchor = { row, col } (where the cursor is kept: where it was asked, then where Tab jumped) }.
+--- The suggestion on screen, or nil: { buf, tick (b:changedtick it belongs to), mode ('i' or
+--- 'n': insert or normal mode, where it is kept), edit = { sr, sc, er, ec, text } (0-based rows,
+--- byte columns), result (the server's answer as it came), anchor = { row, col } (where the
+--- cursor is kept: where it was asked, then where Tab jumped) }.
 M.current = nil
+
+--- Whether the editor is in `mode` ('i': insert or replace mode; 'n': normal mode, an operator
+--- pending included).
+local function in_mode(mode)
+  if mode == 'n' then
+    return editing.in_normal_mode()
+  end
+  return editing.in_insert_mode()
+end
 
 --- Whether to ask at all: the server's `nextEdit` setting is on (anything but 'off').
 function M.wanted()
@@ -43,6 +54,13 @@ end
 --- nothing).
 function M.forget_asked()
   asked = {}
+end
+
+--- The request for `buf` at `tick` was cancelled before its answer: the next chance asks again.
+function M.unask(buf, tick)
+  if asked[buf] == tick then
+    asked[buf] = nil
+  end
 end
 
 function M.clear()
@@ -97,13 +115,14 @@ function M.edit_of(buf, result, enc)
   return { sr = sr, sc = sc, er = er, ec = ec, text = text }
 end
 
---- Show the server's answer to the request `req` ({ client, buf, row, col, tick }) when it
---- still belongs to what is on screen: the same text, the cursor where it was, no inline
---- completion shown.
+--- Show the server's answer to the request `req` ({ client, buf, row, col, tick, mode ('i'
+--- when nil) }) when it still belongs to what is on screen: the same text and mode, the cursor
+--- where it was, no inline completion shown.
 function M.present(req, result)
   M.clear()
   local buf = api.nvim_get_current_buf()
-  if result == nil or result == vim.NIL or buf ~= req.buf or not editing.in_insert_mode() then
+  local mode = req.mode or 'i'
+  if result == nil or result == vim.NIL or buf ~= req.buf or not in_mode(mode) then
     return
   end
   local row, col = editing.cursor()
@@ -115,17 +134,19 @@ function M.present(req, result)
     return
   end
   view.draw(buf, edit)
-  M.current = { buf = buf, tick = req.tick, edit = edit, result = result, anchor = { row = row, col = col } }
+  M.current = { buf = buf, tick = req.tick, mode = mode, edit = edit, result = result, anchor = { row = row, col = col } }
 end
 
---- A suggestion is on screen in the current buffer and no menu covers the keys.
+--- A suggestion is on screen in the current buffer, in the mode it was shown in, and no menu
+--- covers the keys.
 function M.visible()
   local s = M.current
-  return s ~= nil and s.buf == api.nvim_get_current_buf() and not ghost.hidden(s.buf)
+  return s ~= nil and s.buf == api.nvim_get_current_buf() and in_mode(s.mode) and not ghost.hidden(s.buf)
 end
 
---- After the buffer or the cursor changed: keep the suggestion only while the text is the one
---- it was made for and the cursor is where it was left. Returns true if still kept.
+--- After the buffer, the cursor or the mode changed: keep the suggestion only while the text is
+--- the one it was made for, the cursor is where it was left and the mode the one it was shown
+--- in. Returns true if still kept.
 function M.sync()
   local s = M.current
   if not s then
@@ -133,31 +154,73 @@ function M.sync()
   end
   local row, col = editing.cursor()
   if api.nvim_get_current_buf() ~= s.buf or api.nvim_buf_get_changedtick(s.buf) ~= s.tick
-      or row ~= s.anchor.row or col ~= s.anchor.col or not editing.in_insert_mode() then
+      or row ~= s.anchor.row or col ~= s.anchor.col or not in_mode(s.mode) then
     M.clear()
     return false
   end
   return true
 end
 
---- Tab: jump to the edit's start (unless the cursor is there), then apply it, the cursor after
---- the text it wrote.
+--- The mode changed (ModeChanged): leaving insert mode for normal mode keeps the suggestion
+--- (the text is the one it was made for), now a normal-mode one kept where <Esc> put the
+--- cursor; any other change of mode drops it.
+function M.mode_changed()
+  local s = M.current
+  if s and s.mode == 'i' and api.nvim_get_mode().mode == 'n' and api.nvim_get_current_buf() == s.buf
+      and api.nvim_buf_get_changedtick(s.buf) == s.tick then
+    local row, col = editing.cursor()
+    s.mode, s.anchor = 'n', { row = row, col = col }
+    return
+  end
+  M.sync()
+end
+
+--- The byte column of the character that holds byte `col` of `line` in normal mode, where the
+--- cursor stays on a character: the line's last one at most.
+local function normal_col(line, col)
+  if #line == 0 then
+    return 0
+  end
+  col = math.min(col, #line - 1)
+  return col + vim.str_utf_start(line, col + 1)
+end
+
+--- Where the cursor stands at the edit's start: its first byte, or in normal mode the character
+--- there (the line's last one when the edit starts at the line's end).
+local function start_of(s)
+  local e = s.edit
+  if s.mode ~= 'n' then
+    return e.sr, e.sc
+  end
+  return e.sr, normal_col(api.nvim_buf_get_lines(s.buf, e.sr, e.sr + 1, false)[1] or '', e.sc)
+end
+
+--- Tab: jump to the edit's start (unless the cursor is there), then apply it; the cursor goes
+--- after the text it wrote in insert mode, on the last character it wrote in normal mode (where
+--- it deleted only, on the character after the deleted text, as `x` leaves it).
 function M.tab()
   local s = M.current
   if not s then
     return
   end
   local e = s.edit
-  if s.anchor.row ~= e.sr or s.anchor.col ~= e.sc then
-    s.anchor = { row = e.sr, col = e.sc }
-    api.nvim_win_set_cursor(0, { e.sr + 1, e.sc })
+  local row, col = editing.cursor()
+  local start_row, start_col = start_of(s)
+  if row ~= start_row or col ~= start_col then
+    s.anchor = { row = start_row, col = start_col }
+    api.nvim_win_set_cursor(0, { start_row + 1, start_col })
     return
   end
   M.clear()
   local lines = vim.split(e.text, '\n', { plain = true })
   api.nvim_buf_set_text(s.buf, e.sr, e.sc, e.er, e.ec, lines)
-  local row = e.sr + #lines - 1
-  api.nvim_win_set_cursor(0, { row + 1, (#lines == 1 and e.sc or 0) + #lines[#lines] })
+  row = e.sr + #lines - 1
+  col = (#lines == 1 and e.sc or 0) + #lines[#lines]
+  if s.mode == 'n' then
+    local line = api.nvim_buf_get_lines(s.buf, row, row + 1, false)[1] or ''
+    col = normal_col(line, #lines[#lines] > 0 and col - 1 or col)
+  end
+  api.nvim_win_set_cursor(0, { row + 1, col })
 end
 
 --- For tests and statuslines: what is drawn in `buf` (next_edit_view.rendered).

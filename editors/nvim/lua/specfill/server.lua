@@ -91,10 +91,10 @@ function M.client_for(buf)
   return vim.lsp.get_clients({ bufnr = buf, name = state.opts.name })[1]
 end
 
---- The buffer and client to ask for a suggestion now, or nil when suggestions are off, the
---- editor is not in insert mode or no specfill client is attached to the current buffer.
-function M.request_target()
-  if not (state.opts and state.enabled and editing.in_insert_mode()) then
+--- The current buffer and its specfill client, or nil when suggestions are off or no specfill
+--- client is attached to it.
+function M.current_target()
+  if not (state.opts and state.enabled) then
     return nil
   end
   local buf = vim.api.nvim_get_current_buf()
@@ -102,6 +102,15 @@ function M.request_target()
   if client then
     return buf, client
   end
+end
+
+--- The buffer and client to ask for a suggestion now, or nil when suggestions are off, the
+--- editor is not in insert mode or no specfill client is attached to the current buffer.
+function M.request_target()
+  if not editing.in_insert_mode() then
+    return nil
+  end
+  return M.current_target()
 end
 
 --- Every running specfill client (attached to any buffer).

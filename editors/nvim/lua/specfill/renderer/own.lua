@@ -1,7 +1,8 @@
 -- specfill's own renderer (renderer = 'specfill', and 'auto' before Neovim 0.12): asks the
 -- server while you type (debounced), shows the answer as extmark ghost text, and has
--- typing-through, accept-word and accept-line. Where the answer is empty and the server's
--- `nextEdit` setting is on, it asks for the next edit instead (next_edit.lua).
+-- typing-through, accept-word and accept-line. With the server's `nextEdit` setting on, it asks
+-- for the next edit where the inline answer is empty, and after a change in normal mode
+-- (next_edit.lua).
 local api = vim.api
 local editing = require('specfill.editing')
 local ghost = require('specfill.ghost')
@@ -19,7 +20,7 @@ local TRIGGER_INVOKED, TRIGGER_AUTOMATIC = 1, 2
 local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
 
 local timer = nil -- debounce timer
-local pending = nil -- { client, id } of the request in flight
+local pending = nil -- { client, id, req, method } of the request in flight
 
 local function stop_timer()
   if timer then
@@ -30,16 +31,25 @@ end
 local function cancel_pending()
   if pending then
     pcall(pending.client.cancel_request, pending.client, pending.id)
+    if pending.method == next_edit.METHOD then
+      next_edit.unask(pending.req.buf, pending.req.tick) -- never answered: ask again next time
+    end
     pending = nil
   end
 end
 
-function M.clear()
+--- Leaving insert mode: the ghost text and what was asked for it go; a next edit shown stays
+--- for next_edit.mode_changed() to keep in normal mode.
+local function leave_insert()
   stop_timer()
   cancel_pending()
   ghost.clear()
-  next_edit.clear()
   suggestion.settle()
+end
+
+function M.clear()
+  leave_insert()
+  next_edit.clear()
 end
 
 --- Send `method` for `req` (the request's buffer and client), as the one request in flight:
@@ -61,7 +71,7 @@ local function send(req, method, params, on_answer)
   end, req.buf)
   if ok then
     req.id = id
-    pending = { client = req.client, id = id }
+    pending = { client = req.client, id = id, req = req, method = method }
   end
 end
 
@@ -105,6 +115,25 @@ function M.request(trigger_kind)
   end)
 end
 
+--- Ask the server for the next edit at the cursor in normal mode, once per change: the answer
+--- is shown while the text, the cursor and the mode stay as they are.
+local function request_next_edit()
+  stop_timer()
+  local buf, client = server.current_target()
+  if not (buf and editing.in_normal_mode() and next_edit.wanted()) or next_edit.current then
+    return
+  end
+  local tick = api.nvim_buf_get_changedtick(buf)
+  if not next_edit.should_ask(buf, tick, false) then
+    return
+  end
+  local row, col = editing.cursor()
+  local req = { client = client, buf = buf, row = row, col = col, tick = tick, mode = 'n' }
+  send(req, next_edit.METHOD, vim.lsp.util.make_position_params(0, client.offset_encoding), function(edit)
+    next_edit.present(req, edit)
+  end)
+end
+
 --- More than `max_line_suffix` characters of code follow the cursor on its line (trailing
 --- blanks do not count): no automatic request there, as in llama.vim.
 function M.too_much_after_cursor()
@@ -138,6 +167,17 @@ function M.schedule()
       end
     end)
   )
+end
+
+--- Ask for the next edit after `debounce_ms` of quiet (a change in normal mode).
+function M.schedule_next_edit()
+  local opts = state.opts
+  if not (opts and state.enabled and opts.auto_trigger and next_edit.wanted()) then
+    return
+  end
+  timer = timer or vim.uv.new_timer()
+  timer:stop()
+  timer:start(opts.debounce_ms, 0, vim.schedule_wrap(request_next_edit))
 end
 
 M.visible = suggestion.visible
@@ -242,11 +282,36 @@ function M.create_autocmds(group)
     end,
   })
   api.nvim_create_autocmd('InsertEnter', { group = group, callback = M.schedule })
-  api.nvim_create_autocmd({ 'InsertLeave', 'BufLeave' }, { group = group, callback = M.clear })
+  api.nvim_create_autocmd('InsertLeave', { group = group, callback = leave_insert })
+  api.nvim_create_autocmd('BufLeave', { group = group, callback = M.clear })
+  -- Normal mode: a change (also the one an insert made, once <Esc> left it) asks for the next
+  -- edit, unless the one shown is still for this text; moving the cursor or another mode drops it.
+  api.nvim_create_autocmd('TextChanged', {
+    group = group,
+    callback = function()
+      if not next_edit.sync() then
+        M.schedule_next_edit()
+      end
+    end,
+  })
+  -- (A callback that returns true deletes its autocommand: these return nothing.)
+  api.nvim_create_autocmd('CursorMoved', {
+    group = group,
+    callback = function()
+      next_edit.sync()
+    end,
+  })
+  api.nvim_create_autocmd('ModeChanged', {
+    group = group,
+    callback = function()
+      next_edit.mode_changed()
+    end,
+  })
 end
 
 --- Each key acts only while a suggestion is on screen (accept and dismiss also while a next
---- edit is); otherwise it does what it did before (keys.lua).
+--- edit is, and the normal-mode ones only while one is); otherwise it does what it did before
+--- (keys.lua).
 function M.map_keys(lhs)
   keys.map(lhs.accept, 'accept', tab_acts)
   keys.map(lhs.accept_word, 'accept_word', M.visible)
@@ -254,6 +319,8 @@ function M.map_keys(lhs)
   keys.map(lhs.dismiss, 'dismiss', tab_acts)
   keys.map(lhs.next, 'next', M.visible)
   keys.map(lhs.prev, 'prev', M.visible)
+  keys.map(lhs.normal_accept, 'accept', next_edit.visible, false, 'n')
+  keys.map(lhs.normal_dismiss, 'dismiss', next_edit.visible, false, 'n')
   if lhs.request then
     vim.keymap.set('i', lhs.request, function()
       M.request(TRIGGER_INVOKED)

@@ -60,19 +60,25 @@ def _span(start: int, count: int) -> str:
     return f"{start if count else start - 1},{count}"
 
 
+def common_ends(a, b) -> tuple[int, int]:
+    """How many leading items and, of the rest, trailing items the sequences `a` and `b` (lines,
+    or characters) share."""
+    head, limit = 0, min(len(a), len(b))
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
 def line_edit(path: str, before: str, after: str, context: int = CONTEXT_LINES) -> Edit | None:
     """The lines that differ between `before` and `after` (their common head and tail lines
     trimmed), or None when the texts have the same lines."""
     a, b = _lines(before), _lines(after)
     if a == b:
         return None
-    head = 0
-    limit = min(len(a), len(b))
-    while head < limit and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
+    head, tail = common_ends(a, b)
     return Edit(path, head, tuple(a[head:len(a) - tail]), tuple(b[head:len(b) - tail]),
                 tuple(a[max(0, head - context):head]), tuple(a[len(a) - tail:len(a) - tail + context]))
 

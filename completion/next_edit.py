@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from completion.context import Cursor, parse_document, uri_to_path
 from completion.edit_formats import EditFormat, Segment, as_text, format_for, render
-from completion.edit_history import Edit, EditHistory, line_edit
+from completion.edit_history import Edit, EditHistory, common_ends, line_edit
 from completion.templates import FimTemplate, load_template
 from engine.protocol import TokenPrompt
 from engine.remote import ServerInfo, TextPrompt
@@ -102,13 +102,7 @@ def minimal_edit(region: Region, rewrite: str, eol: str = "\n") -> Suggestion | 
     old = region.text
     if rewrite == old:
         return None
-    head = 0
-    limit = min(len(old), len(rewrite))
-    while head < limit and old[head] == rewrite[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and old[-1 - tail] == rewrite[-1 - tail]:
-        tail += 1
+    head, tail = common_ends(old, rewrite)
     new = rewrite[head:len(rewrite) - tail]
     return Suggestion(_at(region, old, head), _at(region, old, len(old) - tail), new.replace("\n", eol))
 

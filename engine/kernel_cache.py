@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import platform
-import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch
 
 from .matmul import ROW_CLASSES, Kernels
 from .cpu import cpu_flags
+from .files import write_whole
 
 log = logging.getLogger("specfill.engine")
 
@@ -89,11 +89,8 @@ def store(shape: tuple, kernels: Kernels) -> None:
     if path is None:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = _read(path)
         data[_key(shape)] = asdict(kernels)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".kernels-", delete=False) as f:
-            json.dump(data, f, indent=1)
-        os.replace(f.name, path)
+        write_whole(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=1)))
     except OSError as exc:
         log.warning("matmul kernels not kept in %s: %s", path, exc)

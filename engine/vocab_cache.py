@@ -22,10 +22,11 @@ import logging
 import marshal
 import os
 import sys
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import write_whole
 
 log = logging.getLogger("specfill.engine")
 
@@ -132,16 +133,7 @@ def write(folder: str, key: str, cached: CachedTokenizer) -> None:
     payload = marshal.dumps({"tokenizer_json": cached.tokenizer_json, "tables": dict(vars(cached.tables))})
     head = json.dumps({"key": key, "size": len(payload), "crc32": zlib.crc32(payload)}).encode() + b"\n"
     try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=where.parent, prefix=".vocab-", delete=False) as f:
-            try:
-                f.write(head)
-                f.write(payload)
-                f.close()
-                os.replace(f.name, where)
-            finally:
-                if os.path.exists(f.name):
-                    os.unlink(f.name)
+        write_whole(where, lambda tmp: Path(tmp).write_bytes(head + payload))
     except OSError as exc:
         log.warning("tokenizer cache not kept in %s: %s", where, exc)
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 
 from .checkpoint import (_DTYPES, TABLES, CheckpointModel, fusion_groups, header, map_tensor, read_into,
                          read_tensors, return_free_memory, weight_files, write_tensors)
+from .files import write_whole
 from .kernel_cache import cache_root
 from .lean import lean_unsupported
 from .quantize import INT4_GROUP, LAYOUT, QUANTIZED, QuantizedMap, QuantizeError, group_bias
@@ -140,15 +140,7 @@ def _write(where: Path, key: str, rows: dict, tensors: dict, model: CheckpointMo
     everything = {f"{name}#{part}": t for name, parts in rows.items() for part, t in parts.items()}
     everything.update((n, t) for n, t in tensors.items() if n not in rows)
     try:
-        where.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=where.parent, prefix=".weights-", delete=False) as f:
-            pass
-        try:
-            write_tensors(f.name, everything, {"key": key})
-            os.replace(f.name, where)
-        finally:
-            if os.path.exists(f.name):
-                os.unlink(f.name)
+        write_whole(where, lambda tmp: write_tensors(tmp, everything, {"key": key}))
     except OSError as exc:
         log.warning("quantized weights not kept in %s: %s", where, exc)
         return

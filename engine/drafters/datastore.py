@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import write_whole
 from ..settings import MAX_DRAFT_LENGTH
 from .base import Draft
 
@@ -110,12 +111,11 @@ def _cached_order(ids: np.ndarray, rev: np.ndarray) -> np.ndarray:
     except (OSError, ValueError):
         pass
     order = _sorted_suffixes(rev)
-    try:   # written whole, then renamed: a reader never sees half a file
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    def save(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             np.save(fh, order)
-        os.replace(tmp, path)
+    try:
+        write_whole(path, save)
     except OSError:
         pass     # a read-only home: sort again next time
     return order

@@ -22,7 +22,8 @@ function M.hidden(buf)
   return vim.fn.pumvisible() == 1 or not not vim.b[buf].specfill_hidden
 end
 
-local function expand_tabs(s, buf)
+--- `s` with its tabs as `buf`'s tabstop of spaces (virtual text draws a tab as one cell).
+function M.expand_tabs(s, buf)
   if not s:find('\t', 1, true) then
     return s
   end
@@ -76,10 +77,10 @@ function M.show(buf, row, col, text, hl, replace_len, offer)
   local lines = vim.split(shown, '\n', { plain = true })
   local virt_lines = {}
   for i = 2, #lines do
-    virt_lines[#virt_lines + 1] = { { expand_tabs(lines[i], buf), hl } }
+    virt_lines[#virt_lines + 1] = { { M.expand_tabs(lines[i], buf), hl } }
   end
   local mark = {
-    virt_text = { { expand_tabs(lines[1], buf), hl } },
+    virt_text = { { M.expand_tabs(lines[1], buf), hl } },
     virt_text_pos = 'inline',
     hl_mode = 'combine',
     priority = 2000,

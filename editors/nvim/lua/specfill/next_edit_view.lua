@@ -10,12 +10,7 @@ M.ns = api.nvim_create_namespace('specfill.next_edit')
 M.DELETE_HL = 'SpecfillNextEditDelete'
 M.ADD_HL = 'SpecfillNextEditAdd'
 
-local function expand_tabs(s, buf)
-  if not s:find('\t', 1, true) then
-    return s
-  end
-  return (s:gsub('\t', string.rep(' ', vim.bo[buf].tabstop)))
-end
+local expand_tabs = require('specfill.ghost').expand_tabs
 
 --- The lines an edit changes, before and after it: the edit replaces bytes [sc, ec) of rows
 --- sr..er (0-based) of `old` (those rows' text) with `text`. Lines equal at the start and at the

@@ -14,6 +14,7 @@ The sides, on one model of bench/real_shapes.py (its bf16 safetensors as built t
 - specfill: one row per `--specfill NAME=VALUE[,NAME=VALUE...]`, EngineConfig fields over
   target=<the shape>, draft=none, device=cpu, threads=--threads (default: one row, dtype=auto).
   Each row runs engine.Engine in its own process, so the memory it reports is its own.
+  `--baseline REV` adds each specfill row again as the tree at commit REV runs it.
 
 Every side gets the same prompt as token ids (the first --prompt-tokens tokens of bench/files, by
 the model's tokenizer), greedy decoding of --new-tokens tokens with no draft, and the same threads.
@@ -52,6 +53,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +79,7 @@ class Row:
     label: str
     kind: str                         # "specfill" or "llama.cpp"
     overrides: dict = field(default_factory=dict)    # specfill: EngineConfig fields
+    root: Path | None = None          # specfill: the tree that runs it (None: this checkout)
     gguf: Path | None = None          # llama.cpp: the model file
     decode_ms: list = field(default_factory=list)
     prefill_ms: list = field(default_factory=list)
@@ -264,10 +267,13 @@ class SpecfillProcess:
         """Starts it; seconds from the process start to its first answer."""
         from bench.common import ROOT, server_env
         log = open(self.log_path, "ab")
+        root = self.row.root or ROOT
+        env = server_env(self.threads)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
         t0 = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-c", "from bench.vs_llamacpp import worker; worker()"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=str(ROOT),
-                                     env=server_env(self.threads), text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=str(root),
+                                     env=env, text=True)
         first = self.ask({"target": str(self.model_dir), "threads": self.threads, "overrides": self.row.overrides,
                           "warm": self.warm})
         load_s = time.perf_counter() - t0
@@ -548,6 +554,8 @@ def parse_args(argv):
                     help="the shape's scaled-down copy (a few MB; to check this command, not to measure)")
     ap.add_argument("--specfill", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
                     help="a specfill row: EngineConfig fields (repeatable; default: one row dtype=auto)")
+    ap.add_argument("--baseline", metavar="REV", default=None,
+                    help="also run each specfill row as the tree at this commit runs it")
     ap.add_argument("--llama", default="f16,q8_0",
                     help="llama.cpp rows: GGUF types for the converter's --outtype, comma-separated "
                          "(default f16,q8_0; 'none': no llama.cpp rows)")
@@ -592,6 +600,12 @@ def main(argv=None) -> int:
                              "used here (f32, f16, bf16, q8_0)")
         if not args.files.is_dir():
             raise UsageError(f"--files {args.files}: no such folder")
+        baseline = None
+        if args.baseline:
+            from bench.round_cost import commit_of
+            baseline = commit_of(args.baseline)
+            if baseline is None:
+                raise UsageError(f"--baseline {args.baseline}: not a commit of this repository")
         binary, sources = llama_binary(args.llama_build, log) if outtypes else (None, None)
     except UsageError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
@@ -610,6 +624,11 @@ def main(argv=None) -> int:
     prompt = code_prompt(model_dir, args.files, args.prompt_tokens)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     rows = list(specfill_rows)
+    if baseline:
+        from bench.round_cost import tree_at
+        root = tree_at(baseline, Path(tempfile.mkdtemp(prefix="specfill-baseline-")))
+        rows += [Row(label=f"{baseline} {r.label}", kind=r.kind, overrides=r.overrides, root=root)
+                 for r in specfill_rows]
     f16 = q8 = None
     for t in outtypes:
         gguf = convert(model_dir, shape, t, sources, install.cache_dir().parent / "gguf", log=log)

@@ -62,6 +62,17 @@ def test_side_by_side_table(llama_server_binary):  # noqa: F811
     assert "evaluated" not in out        # llama-server computed exactly w tokens for each verify run
 
 
+def test_a_baseline_runs_each_specfill_row_as_that_commit_does():
+    r = run("bench.vs_llamacpp", *SHAPE, "--reps", "1", "--prompt-tokens", "48", "--new-tokens", "6",
+            "--llama", "none", "--specfill", "dtype=float32", "--baseline", "HEAD")
+    assert r.returncode == 0, r.stderr[-3000:]
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    labels = ["specfill dtype=float32", f"{head} specfill dtype=float32"]
+    assert r.stdout.count("| | " + " | ".join(labels) + " |") == 1
+    for cell in cells(r.stdout, "decode ms/token (best / median), 6 tokens"):
+        assert re.fullmatch(NUMBER, cell)
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--specfill", "quantize_mode=int8"], ["EngineConfig has no field 'quantize_mode'", "fields: dtype"]),
     (["--specfill", "dtype"], ["expected NAME=VALUE"]),
@@ -70,6 +81,7 @@ def test_side_by_side_table(llama_server_binary):  # noqa: F811
     (["--specfill", "max_sessions=many"], ["max_sessions is a whole number"]),
     (["--llama", "q4_k"], ["q4_k is not an outtype"]),
     (["--reps", "0"], ["--reps"]),
+    (["--baseline", "no-such-commit"], ["--baseline no-such-commit: not a commit"]),
 ])
 def test_bad_options_are_one_line(capsys, args, expected):
     assert_one_line_error(exit_code(["--shape", "tiny-starcoder", *args]), *capsys.readouterr(), *expected)

@@ -188,7 +188,7 @@ def compile_cost(model, context: list[int], calls: int,
     lean = make_lean(model, kernels=kernels)
     param = next(model.parameters())
     eager = KVSession(model, 4096, forward=LeanForward(lean, param.dtype, param.device))
-    plain = make_lean(model, kernels=Kernels(one=ROWS, few=ROWS, verify=ROWS, prefill=ROWS, note="plain"))
+    plain = make_lean(model, kernels=Kernels(one=ROWS, few=ROWS, verify=ROWS, many=ROWS, note="plain"))
     eager_plain = KVSession(model, 4096, forward=LeanForward(plain, param.dtype, param.device))
     compiled_fwd = LeanForward(plain, param.dtype, param.device)
     compiled_fwd.lean = CompiledLean(plain)

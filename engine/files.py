@@ -1,11 +1,16 @@
-"""Files in specfill's cache (kernel choices, quantized weights, tokenizers, datastore orders),
-written whole or not at all."""
+"""Files in specfill's cache (kernel choices, quantized weights, tokenizers, datastore orders,
+the compiled 16-bit kernel), written whole or not at all."""
 from __future__ import annotations
 
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+
+def cache_root() -> Path:
+    """specfill's cache folder: $SPECFILL_CACHE, else ~/.cache/specfill."""
+    return Path(os.environ.get("SPECFILL_CACHE") or Path.home() / ".cache" / "specfill")
 
 
 def write_whole(path: Path, write: Callable[[str], None]) -> None:

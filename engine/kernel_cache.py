@@ -22,16 +22,11 @@ import torch
 
 from .matmul import ROW_CLASSES, Kernels
 from .cpu import cpu_flags
-from .files import write_whole
+from .files import cache_root, write_whole
 
 log = logging.getLogger("specfill.engine")
 
-LAYOUT = 2     # the file's layout: entries of another are measured again
-
-
-def cache_root() -> Path:
-    """specfill's cache folder: $SPECFILL_CACHE, else ~/.cache/specfill."""
-    return Path(os.environ.get("SPECFILL_CACHE") or Path.home() / ".cache" / "specfill")
+LAYOUT = 3     # the file's layout: entries of another are measured again
 
 
 def cache_file() -> Path | None:
@@ -79,7 +74,7 @@ def load(shape: tuple) -> Kernels | None:
     if not isinstance(entry, dict) or set(entry) != set(names) or not all(isinstance(entry[n], str) for n in names):
         return None
     kernels = Kernels(**entry)
-    log.info("matmul kernels from %s: %s", path, ", ".join(f"{n} {getattr(kernels, n)}" for n, _, _ in ROW_CLASSES))
+    log.info("matmul kernels from %s: %s", path, ", ".join(f"{n} {getattr(kernels, n)}" for n, *_ in ROW_CLASSES))
     return kernels
 
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernel_cache
-from .matmul import Kernels, Linear, choose_kernels, fp16_kernels, measures_kernels, use_kernels
+from .matmul import Kernels, Linear, choose_kernels, fp16_kernels, measures_kernels, native_runs, use_kernels
 from .quantize import COMPUTE_DTYPES, QuantizeError, check_quantize, quantize_linears
 
 log = logging.getLogger("specfill.engine")
@@ -508,7 +508,7 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     elif measures_kernels(lean):
         key = _shape_key(model)
         known = _KERNELS_MEASURED.get(key) or kernel_cache.load(key)
-        if known is not None:   # the same shapes again (a second engine, a later process)
+        if known is not None and native_runs(lean, known):   # the same shapes again (a second engine, a later process)
             use_kernels(lean, known)
         else:
             measured = replace(choose_kernels(lean))

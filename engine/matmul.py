@@ -14,7 +14,8 @@ The maps come in two layouts:
 - plain (real-sized models, bound by reading their weights): the model's own weights, one copy,
   the maps that share an input concatenated once with the modules pointed at slices of it. In 16
   bits torch hands products to oneDNN, which costs about twice torch's own matrix-vector kernel
-  (GEMV) for one row; one or a few rows take whichever of the two measures faster.
+  (GEMV) for one row. Up to 8 rows may also take rows16.c (NATIVE, engine/rows16.py), which
+  reads the weight once for all of them; each class of rows takes whichever measures fastest.
 """
 from __future__ import annotations
 
@@ -28,20 +29,23 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import rows16
 from .quantize import group_bias, joined
 
 log = logging.getLogger("specfill.engine")
 
-ROWS, FP16, GEMV = "rows", "fp16", "gemv"
+ROWS, FP16, GEMV, NATIVE = "rows", "fp16", "gemv", "native"
 
-# The classes of row counts that share a kernel: (name, fewest rows, widths measured). Only one
-# or a few rows have a choice to measure (GEMV); a real-sized model's passes cost tens of
-# milliseconds or more, so few rounds (one more warms up) over MEASURE_CONTEXT cached tokens.
-FEW_ROWS, VERIFY_ROWS, PREFILL_ROWS = 2, 4, 32
-ROW_CLASSES = (("one", 1, (1,)), ("few", FEW_ROWS, (2, 3)), ("verify", VERIFY_ROWS, ()), ("prefill", PREFILL_ROWS, ()))
+# The classes of row counts that share a kernel: (name, fewest rows, widths measured, the
+# kernels measured besides ROWS). Up to 8 rows have a choice to measure; a real-sized model's
+# passes cost tens of milliseconds or more, so few rounds (one more warms up) over
+# MEASURE_CONTEXT cached tokens.
+FEW_ROWS, VERIFY_ROWS, MANY_ROWS = 2, 4, 9
+ROW_CLASSES = (("one", 1, (1,), (GEMV, NATIVE)), ("few", FEW_ROWS, (2, 3), (GEMV, NATIVE)),
+               ("verify", VERIFY_ROWS, (4, 8), (NATIVE,)), ("many", MANY_ROWS, (), ()))
 MEASURE_CONTEXT = 128
-REPS = {"one": 5, "few": 3}
-# GEMV replaces ROWS only when it is this much faster: near a tie, keep the plain one.
+REPS = {"one": 5, "few": 3, "verify": 3}
+# Another kernel replaces ROWS only when it is this much faster: near a tie, keep the plain one.
 MIN_GAIN = 0.97
 
 
@@ -51,12 +55,12 @@ class Kernels:
     one: str = ROWS
     few: str = ROWS
     verify: str = ROWS
-    prefill: str = ROWS
+    many: str = ROWS               # 9 rows or more: wide verify passes, prefills
     note: str = "not measured"     # what choose_kernels timed
 
     def for_rows(self, n: int) -> str:
-        return self.one if n < FEW_ROWS else self.few if n < VERIFY_ROWS else self.verify if n < PREFILL_ROWS \
-            else self.prefill
+        return self.one if n < FEW_ROWS else self.few if n < VERIFY_ROWS else self.verify if n < MANY_ROWS \
+            else self.many
 
 
 @functools.cache
@@ -145,6 +149,8 @@ class Linear:
         kernel = self.kernels.for_rows(h.shape[0])
         if kernel == GEMV:
             return gemv(h, self.weight, self.bias)
+        if kernel == NATIVE:
+            return rows16.product(h, self.weight, self.bias)
         if kernel == FP16:
             return self._fp16(h)
         return torch.mm(h, self.weight_t) if self.bias is None else torch.addmm(self.bias, h, self.weight_t)
@@ -188,17 +194,27 @@ def fp16_ready(lean) -> bool:
     return lean.packed and all(m.fp16_source is not None or m.weight_fp16 is not None for m in lean.linears())
 
 
+def native_runs(lean, kernels: Kernels) -> bool:
+    """Whether these kernels can run `lean` here as far as NATIVE goes: unused, or compiled and
+    running on every map's weight (engine/rows16.py)."""
+    return NATIVE not in {getattr(kernels, name) for name, *_ in ROW_CLASSES} or \
+        all(rows16.available(m.weight) for m in lean.linears())
+
+
 def use_kernels(lean, kernels: Kernels) -> None:
     """Give `lean` these kernels, packing FBGEMM's copies where a class uses FP16 and dropping
     them where none does."""
-    fp16 = FP16 in {getattr(kernels, name) for name, _, _ in ROW_CLASSES}
+    if not native_runs(lean, kernels):
+        raise ValueError("the native kernel does not run here (engine/rows16.py: x86-64 Linux, a C compiler, "
+                         "16-bit weights)")
+    fp16 = FP16 in {getattr(kernels, name) for name, *_ in ROW_CLASSES}
     for linear in lean.linears():
         if fp16 and linear.weight_fp16 is None:
             linear.pack_fp16()
         elif not fp16:
             linear.weight_fp16 = None
         linear.fp16_source = None     # packed or not wanted: the unscaled copy need not stay
-    for name, _, _ in ROW_CLASSES:
+    for name, *_ in ROW_CLASSES:
         setattr(lean.kernels, name, getattr(kernels, name))
     lean.kernels.note = kernels.note
 
@@ -219,10 +235,10 @@ def measures_kernels(lean) -> bool:
 
 
 def choose_kernels(lean, reps: int | None = None) -> Kernels:
-    """Time `lean`'s forward passes on this machine with ROWS and GEMV for one and a few rows
-    (ROW_CLASSES' widths after MEASURE_CONTEXT cached tokens, fewer where the model has fewer
-    positions; kernels interleaved, medians over REPS rounds, or `reps`) and keep the faster
-    (ROWS unless GEMV wins by MIN_GAIN)."""
+    """Time `lean`'s forward passes on this machine with ROWS and each other kernel of a class
+    of row counts (ROW_CLASSES: its widths after MEASURE_CONTEXT cached tokens, fewer where the
+    model has fewer positions; kernels interleaved, medians over REPS rounds, or `reps`) and
+    keep the fastest (ROWS unless another wins by MIN_GAIN). NATIVE is measured where it runs."""
     kernels = lean.kernels
     param = lean.linears()[0].weight
     cfg = lean.model.config
@@ -230,19 +246,21 @@ def choose_kernels(lean, reps: int | None = None) -> Kernels:
     context = min(MEASURE_CONTEXT, positions // 2)
     vocab = lean.model.get_input_embeddings().weight.shape[0]
     kv = lean.new_cache(lean.compute_dtype, param.device)
+    native = all(rows16.available(m.weight) for m in lean.linears())
     notes = []
     with torch.inference_mode():
         lean(torch.arange(context, device=param.device) * 53 % vocab, kv, 1)
-        for name, _, widths in ROW_CLASSES:
+        for name, _, widths, others in ROW_CLASSES:
             widths = [w for w in widths if context + w <= positions]
+            candidates = [ROWS, *(k for k in others if k != NATIVE or native)]
             setattr(kernels, name, ROWS)
-            if not widths:
+            if not widths or len(candidates) == 1:
                 continue
             ids = torch.arange(context, context + max(widths), device=param.device) * 53 % vocab   # any ids do
-            times = {k: [[] for _ in widths] for k in (ROWS, GEMV)}
+            times = {k: [[] for _ in widths] for k in candidates}
             for rep in range((reps or REPS[name]) + 1):    # rep 0 warms up
                 for i, w in enumerate(widths):
-                    for k in (ROWS, GEMV) if rep % 2 else (GEMV, ROWS):
+                    for k in candidates if rep % 2 else candidates[::-1]:
                         setattr(kernels, name, k)
                         kv.length = context
                         t0 = time.perf_counter()
@@ -250,7 +268,8 @@ def choose_kernels(lean, reps: int | None = None) -> Kernels:
                         if rep:
                             times[k][i].append(time.perf_counter() - t0)
             ms = {k: 1000 * sum(statistics.median(t) for t in per_width) for k, per_width in times.items()}
-            best = GEMV if ms[GEMV] < MIN_GAIN * ms[ROWS] else ROWS
+            fastest = min(candidates[1:], key=ms.get)
+            best = fastest if ms[fastest] < MIN_GAIN * ms[ROWS] else ROWS
             setattr(kernels, name, best)
             notes.append(f"{name} {best} (widths {'/'.join(map(str, widths))}: "
                          + ", ".join(f"{k} {v:.2f} ms" for k, v in ms.items()) + ")")

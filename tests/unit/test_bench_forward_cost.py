@@ -29,7 +29,7 @@ def test_the_baseline_kernels_are_named():
     from bench.forward_cost import kernels_taken
     from engine.matmul import Kernels
     assert kernels_taken(Kernels("fp16", "fp16", "rows", "rows")) == \
-        "one fp16, few fp16, verify rows, prefill rows"
+        "one fp16, few fp16, verify rows, many rows"
     assert kernels_taken(None).startswith("fixed")
 
 

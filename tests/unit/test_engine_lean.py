@@ -9,7 +9,8 @@ from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import LocalEngine, EngineConfig
 from engine.lean import MASK_BAND_WIDTH, LeanForward, TreeLayout, _Positions, long_tensor, make_lean
-from engine.matmul import FP16, GEMV, ROW_CLASSES, ROWS, Kernels, choose_kernels, fp16_available, fp16_exact, use_kernels
+from engine import rows16
+from engine.matmul import FP16, GEMV, NATIVE, ROW_CLASSES, ROWS, Kernels, choose_kernels, fp16_available, fp16_exact, use_kernels
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
@@ -50,7 +51,7 @@ WEIGHTS = {"packed, rows": (True, Kernels(ROWS, ROWS, ROWS, ROWS)),
 
 
 def _uses(kernels: Kernels, kernel: str) -> bool:
-    return kernel in [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
+    return kernel in [getattr(kernels, n) for n, *_ in ROW_CLASSES]
 
 
 @pytest.mark.parametrize("weights", list(WEIGHTS))
@@ -66,9 +67,9 @@ def test_lean_forward_equals_transformers_at_every_width(kind, weights):
     # packed Llama-family weights in float32 carry their RMSNorm weights (LeanLlama.folded)
     assert getattr(lean, "folded", False) == (packed and not kind.startswith("bigcode"))
     if kernels is not None:
-        assert [getattr(lean.kernels, n) for n, _, _ in ROW_CLASSES] == [getattr(kernels, n) for n, _, _ in ROW_CLASSES]
+        assert [getattr(lean.kernels, n) for n, *_ in ROW_CLASSES] == [getattr(kernels, n) for n, *_ in ROW_CLASSES]
     elif packed:   # FP16 where, and only where, the weights are float16 values
-        assert all((getattr(lean.kernels, n) == FP16) == fp16_values for n, _, _ in ROW_CLASSES)
+        assert all((getattr(lean.kernels, n) == FP16) == fp16_values for n, *_ in ROW_CLASSES)
     # FBGEMM's copies exist where a class takes FP16; the unscaled sources they came from are gone
     assert all((m.weight_fp16 is not None) == _uses(lean.kernels, FP16) and m.fp16_source is None
                for m in lean.linears())
@@ -128,7 +129,8 @@ def test_half_precision_matches_transformers():
 
 def test_measuring_the_kernels_leaves_the_forward_exact_and_the_cache_alone():
     """choose_kernels times a plain 16-bit model's kernels on a scratch cache: a forward made
-    before it goes on from its own cache, one and a few rows get ROWS or GEMV, the rest ROWS."""
+    before it goes on from its own cache; one and a few rows get ROWS, GEMV or NATIVE, up to 8
+    rows ROWS or NATIVE (where it runs), the rest ROWS."""
     model = _model("llama").to(torch.bfloat16)
     lean = make_lean(model, pack_max_bytes=0, kernels=Kernels())
     fwd = LeanForward(lean, torch.bfloat16, torch.device("cpu"))
@@ -139,9 +141,13 @@ def test_measuring_the_kernels_leaves_the_forward_exact_and_the_cache_alone():
         rest = fwd(ids[40:], n_logits=len(ids) - 40)
         whole = LeanForward(make_lean(model, pack_max_bytes=0, kernels=Kernels()), torch.bfloat16,
                             torch.device("cpu"))(ids, n_logits=len(ids))
-    assert kernels is lean.kernels and kernels.verify == kernels.prefill == ROWS
-    for name in ("one", "few"):
-        assert getattr(kernels, name) in (ROWS, GEMV) and f"{name} {getattr(kernels, name)} (" in kernels.note
+    assert kernels is lean.kernels and kernels.many == ROWS
+    native = rows16.available(lean.linears()[0].weight)
+    for name, allowed in (("one", (ROWS, GEMV, NATIVE)), ("few", (ROWS, GEMV, NATIVE)), ("verify", (ROWS, NATIVE))):
+        assert getattr(kernels, name) in allowed and (native or getattr(kernels, name) != NATIVE)
+        if name != "verify" or native:
+            assert f"{name} {getattr(kernels, name)} (" in kernels.note
+    assert ("native " in kernels.note) == native
     torch.testing.assert_close(torch.cat([first, rest]), whole, atol=0.05, rtol=0.05)
 
 

@@ -14,7 +14,8 @@ from transformers import GPT2LMHeadModel, GPT2Config
 from engine import LocalEngine, EngineConfig, GenerationSettings, ModelLoadError
 from engine import kernel_cache, lean as lean_module, precision
 from engine.lean import LeanForward, lean_for, make_lean
-from engine.matmul import GEMV, ROWS, Kernels, gemv
+from engine import rows16
+from engine.matmul import GEMV, NATIVE, ROWS, Kernels, gemv
 from engine.models import load_model
 from engine.policy import Mean, Policy
 from engine.precision import checkpoint_dtype, choose_dtype
@@ -91,7 +92,9 @@ def _reference(model, ids):
         return model(torch.tensor([ids])).logits[0].float()
 
 
-@pytest.mark.parametrize("kernels", [Kernels(ROWS, ROWS, ROWS, ROWS), Kernels(GEMV, GEMV, ROWS, ROWS)])
+@pytest.mark.parametrize("kernels", [Kernels(ROWS, ROWS, ROWS, ROWS), Kernels(GEMV, GEMV, ROWS, ROWS),
+                                     pytest.param(Kernels(NATIVE, NATIVE, NATIVE, ROWS), marks=pytest.mark.skipif(
+                                         rows16.load() is None, reason="rows16.c is not built here"))])
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "bigcode"])
 def test_plain_16_bit_weights_fused_in_place_equal_the_transformers_forward(kind, kernels):
     model = tiny_model(kind, 300)

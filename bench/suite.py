@@ -223,7 +223,7 @@ def server_lines(servers: dict) -> list[str]:
     lines = []
     for name, figures in servers.items():
         kernels = figures.get("matmul_kernels") or {}
-        models = "; ".join(f"{role} " + ", ".join(f"{cls} {k[cls]}" for cls in ("one", "few", "verify", "prefill") if cls in k)
+        models = "; ".join(f"{role} " + ", ".join(f"{cls} {k[cls]}" for cls in ("one", "few", "verify", "many", "prefill") if cls in k)
                            for role, k in kernels.items() if k)
         gc_figures = figures.get("garbage_collector") or {}
         passes = (f"; the collector's passes: {gc_figures['passes']}, the longest {gc_figures['longest_ms']:.1f} ms"

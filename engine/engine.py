@@ -88,10 +88,10 @@ class LocalEngine:
 
     def matmul_kernels(self) -> dict:
         """Each model's matmul kernels and what their measurement timed (engine/matmul.py); None
-        for a model without packed lean weights (the transformers forward, or a large model)."""
+        for a model without a lean forward or with quantized weights (one kernel each)."""
         def kernels(pool: KVPool | None):
             lean = pool.lean_model if pool is not None else None
-            if lean is None or not lean.packed:
+            if lean is None or getattr(lean.model, "specfill_quantized", "none") != "none":
                 return None
             return dataclasses.asdict(lean.kernels)
         return {"target": kernels(self.pool), "draft": kernels(self.draft_pool)}

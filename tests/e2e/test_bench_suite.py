@@ -97,7 +97,7 @@ def test_the_suite_prints_every_workload_and_configuration(tmp_path, capsys):
     # each server's kernels, as its specfill.stats gave them after the last request
     assert "Each server's matmul kernels (measured at its load) and garbage collector:" in md
     for config in DRAFT_CONFIGS:
-        assert re.search(rf"^- {config}: target one \w+, few \w+, verify \w+, prefill \w+.*; the collector's passes: \d+",
+        assert re.search(rf"^- {config}: target one \w+, few \w+, verify \w+, many \w+.*; the collector's passes: \d+",
                          md, re.M), config
 
     saved = json.loads((out / "suite.json").read_text())

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
+import shutil
 from pathlib import Path
 
 
@@ -33,7 +35,26 @@ def native_16bit() -> tuple[str, ...]:
     return tuple(native)
 
 
+def c_compiler() -> str | None:
+    """The C compiler engine/rows16.c is built with: $CC, else cc or gcc on the PATH."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def rows16_unsupported() -> str | None:
+    """Why engine/rows16.c cannot be built and run here, or None where it can."""
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"built for Linux on x86-64 only ({platform.system()} {platform.machine()})"
+    if not {"avx2", "fma", "f16c"} <= cpu_flags():
+        return "the CPU lacks AVX2, FMA or F16C"
+    if c_compiler() is None:
+        return "no C compiler (cc, gcc or $CC)"
+    return None
+
+
 def system_line() -> str:
     native = native_16bit()
+    why_not = rows16_unsupported()
+    rows = "AVX-512 BF16" if {"avx512f", "avx512bw", "avx512_bf16"} <= cpu_flags() else "AVX2"
     return "CPU 16-bit: " + (", ".join(native) + " natively" if native
-                             else "none natively (16-bit checkpoints run in float32)")
+                             else "none natively (16-bit checkpoints run in float32)") + \
+        "; 16-bit rows kernel: " + (f"{rows}, compiled on first use with {c_compiler()}" if why_not is None else f"none ({why_not})")

@@ -11,7 +11,8 @@ with them (matmul.choose_kernels).
 The file is compiled with the system's C compiler (`cc`, or $CC) on first use, on Linux x86-64,
 into specfill's cache (native/rows16-<hash>.so; the hash covers the source and the compiler), and
 loaded with ctypes. Where there is no compiler, or the CPU lacks AVX2 with FMA and F16C, `load`
-returns None, says why once in the log, and torch's kernels run as before.
+returns None, says why once in the log, and torch's kernels run as before (`specfill --version`
+says which holds here).
 """
 from __future__ import annotations
 
@@ -19,15 +20,12 @@ import ctypes
 import functools
 import hashlib
 import logging
-import os
-import platform
-import shutil
 import subprocess
 from pathlib import Path
 
 import torch
 
-from .cpu import cpu_flags
+from .cpu import c_compiler, cpu_flags, rows16_unsupported
 from .files import cache_root, write_whole
 
 log = logging.getLogger("specfill.engine")
@@ -37,14 +35,10 @@ KINDS = {torch.bfloat16: 0, torch.float16: 1}     # rows16.c's BF16, FP16
 AVX512_BF16, AVX2 = 1, 2                           # rows16.c's isa argument
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
 @functools.cache
 def load() -> ctypes.CDLL | None:
     """rows16.c compiled and loaded, or None (the reason logged once)."""
-    why = _unsupported()
+    why = rows16_unsupported()
     if why is None:
         try:
             return _build_and_load()
@@ -54,18 +48,8 @@ def load() -> ctypes.CDLL | None:
     return None
 
 
-def _unsupported() -> str | None:
-    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
-        return f"built for Linux on x86-64 only ({platform.system()} {platform.machine()})"
-    if not {"avx2", "fma", "f16c"} <= cpu_flags():
-        return "the CPU lacks AVX2, FMA or F16C"
-    if _compiler() is None:
-        return "no C compiler (cc, gcc or $CC)"
-    return None
-
-
 def _build_and_load() -> ctypes.CDLL:
-    compiler = _compiler()
+    compiler = c_compiler()
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
     source = SOURCE.read_bytes()
     digest = hashlib.sha1(source + compiler.encode() + version.encode()).hexdigest()[:16]

@@ -136,3 +136,24 @@ def test_greedy_output_on_native_kernels_equals_the_target_alone(monkeypatch):
             assert got.token_ids == want, (name, text)
             drafted += got.stats.drafted
     assert drafted > 0
+
+
+def test_a_compiler_that_fails_leaves_torchs_kernels_and_says_why(monkeypatch, tmp_path, caplog):
+    """A $CC that cannot build rows16.c: no native kernel, one line in the log, and a model's
+    kernel measurement goes on without it."""
+    from engine.matmul import choose_kernels
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("SPECFILL_CACHE", str(tmp_path))
+    rows16.load.cache_clear()
+    try:
+        with caplog.at_level("INFO", logger="specfill.engine"):
+            assert rows16.load() is None
+        said = [r.getMessage() for r in caplog.records if "16-bit rows kernel not used" in r.getMessage()]
+        assert len(said) == 1 and "no-such-cc" in said[0], said
+        lean = make_lean(tiny_model("llama", 300).to(torch.bfloat16), pack_max_bytes=0, kernels=Kernels())
+        kernels = choose_kernels(lean, reps=1)
+        assert NATIVE not in (kernels.one, kernels.few, kernels.verify) and "native" not in kernels.note
+    finally:
+        monkeypatch.undo()
+        rows16.load.cache_clear()

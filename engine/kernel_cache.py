@@ -26,7 +26,7 @@ from .files import cache_root, write_whole
 
 log = logging.getLogger("specfill.engine")
 
-LAYOUT = 3     # the file's layout: entries of another are measured again
+LAYOUT = 5     # the file's layout: entries of another are measured again
 
 
 def cache_file() -> Path | None:

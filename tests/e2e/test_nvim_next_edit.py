@@ -7,7 +7,8 @@ cursor and typing drop it, and Tab is Tab again; leaving insert mode keeps it, i
 inline completion at the cursor takes precedence (no next edit is asked), and with
 `nextEdit: off` none is asked. In normal mode a change (`x`, `cw...<Esc>`, undo) asks for the
 next edit alone: drawn as the server answered, Tab jumps and Tab applies it, <Esc>, moving and
-another change drop it, and <Tab> with none shown still jumps forward in the jump list. In a
+another change drop it, <Tab> with none shown still jumps forward in the jump list, and the
+request key asks again for text already asked about. In a
 tmux pane: the deleted text is struck through and the new text green on the screen.
 
 The inline answer is empty at the end of `def walk(root):` with `multiline: never` (the tiny
@@ -313,6 +314,30 @@ def test_moving_and_another_change_drop_the_normal_mode_edit(walk_normal):
     latest = nv.lua("return _G.sf_answers")[-1]["result"]
     assert now is None or (now["tick"] == tick and now["tick"] != first["tick"] and now["result"] == latest), (now, first)
     assert len(asked(nv)) == 3
+
+
+def test_the_normal_mode_request_key_asks_again_for_the_text_as_it_is(walk_normal):
+    """Dismissed, a next edit is not asked about again until the text changes; the request key
+    (`<M-\\>`) asks now, and the answer is drawn in its place."""
+    nv = walk_normal
+    method = nv.lua("return require('specfill.protocol').methods.nextEdit")
+    nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
+    nv.send("x")
+    edit = the_edit_drawn(nv)
+    nv.send("<Esc>")
+    nv.wait("next(require('specfill').rendered_next_edit(0)) == nil", 10, "<Esc> dropping it")
+    time.sleep(0.3)
+    assert asked(nv) == [method] and drawn(nv) == {}
+    tick, before = changedtick(nv), buffer_text(nv)
+    nv.send("<M-\\>")
+    nv.wait("#_G.sf_answers == 2 and next(require('specfill').rendered_next_edit(0)) ~= nil", WAIT_MODEL_S,
+            "the asked-for edit drawn")
+    assert asked(nv) == [method, method] and changedtick(nv) == tick and mode(nv) == "n"
+    again = the_edit_drawn(nv)
+    # the same text asked about: the same greedy answer, under a new id
+    assert {k: v for k, v in again.items() if k != "id"} == {k: v for k, v in edit.items() if k != "id"}
+    assert again["id"] != edit["id"]
+    assert_drawn(nv, again, before)
 
 
 def test_an_inline_completion_at_the_cursor_takes_precedence(editor):

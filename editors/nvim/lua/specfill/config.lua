@@ -156,8 +156,8 @@ M.defaults = {
   --   vim.api.nvim_set_hl(0, 'SpecfillGhost', { fg = '#6e7681', ctermfg = 243, italic = true })
   hl_group = 'SpecfillGhost',
 
-  -- Insert-mode keys, and two normal-mode keys for next-edit suggestions (server setting
-  -- `nextEdit`). Each one only acts while a suggestion is visible (`request` always acts);
+  -- Insert-mode keys, and three normal-mode keys for next-edit suggestions (server setting
+  -- `nextEdit`). Each one only acts while a suggestion is visible (the `request` keys always act);
   -- otherwise the key does what it did before setup(): your own global mapping of it in that
   -- mode, if you had one, or its own meaning (in normal mode <Tab> is <C-i>, jump forward).
   -- No suggestion is drawn, and so no key acts, while a popup menu is open or
@@ -173,6 +173,7 @@ M.defaults = {
     request = '<M-\\>', -- ask now, without waiting for the debounce
     normal_accept = '<Tab>', -- normal mode: jump to the next edit shown, then apply it
     normal_dismiss = '<Esc>', -- normal mode: hide the next edit shown
+    normal_request = '<M-\\>', -- normal mode: ask for the next edit now, without a change
   },
 
   -- Name of the LSP client (vim.lsp.config / vim.lsp.enable / :checkhealth vim.lsp).

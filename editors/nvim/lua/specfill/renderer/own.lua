@@ -115,18 +115,20 @@ function M.request(trigger_kind)
   end)
 end
 
---- Ask the server for the next edit at the cursor in normal mode, once per change: the answer
---- is shown while the text, the cursor and the mode stay as they are.
-local function request_next_edit()
+--- Ask the server for the next edit at the cursor in normal mode, once per change (`invoked`:
+--- the user asked, so ask again, in place of any shown): the answer is shown while the text,
+--- the cursor and the mode stay as they are.
+local function request_next_edit(invoked)
   stop_timer()
   local buf, client = server.current_target()
-  if not (buf and editing.in_normal_mode() and next_edit.wanted()) or next_edit.current then
+  if not (buf and editing.in_normal_mode() and next_edit.wanted()) or (next_edit.current and not invoked) then
     return
   end
   local tick = api.nvim_buf_get_changedtick(buf)
-  if not next_edit.should_ask(buf, tick, false) then
+  if not next_edit.should_ask(buf, tick, invoked) then
     return
   end
+  next_edit.clear()
   local row, col = editing.cursor()
   local req = { client = client, buf = buf, row = row, col = col, tick = tick, mode = 'n' }
   send(req, next_edit.METHOD, vim.lsp.util.make_position_params(0, client.offset_encoding), function(edit)
@@ -177,7 +179,9 @@ function M.schedule_next_edit()
   end
   timer = timer or vim.uv.new_timer()
   timer:stop()
-  timer:start(opts.debounce_ms, 0, vim.schedule_wrap(request_next_edit))
+  timer:start(opts.debounce_ms, 0, vim.schedule_wrap(function()
+    request_next_edit(false)
+  end))
 end
 
 M.visible = suggestion.visible
@@ -325,6 +329,11 @@ function M.map_keys(lhs)
     vim.keymap.set('i', lhs.request, function()
       M.request(TRIGGER_INVOKED)
     end, { silent = true, desc = 'specfill: request' })
+  end
+  if lhs.normal_request then
+    vim.keymap.set('n', lhs.normal_request, function()
+      request_next_edit(true)
+    end, { silent = true, desc = 'specfill: ask for the next edit' })
   end
 end
 

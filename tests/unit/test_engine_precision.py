@@ -204,6 +204,13 @@ PROMPTS = ["def add(a, b):\n    return", "import os\nimport sys\n\n\ndef main(ar
                                      pytest.param(dict(quantize="int8"), marks=pytest.mark.skipif(
                                          not HAS_INT8, reason="no int8 kernel here"))])
 def test_greedy_output_at_each_precision_equals_that_target_alone(setting):
+    assert_every_drafter_gives_the_target_alone(setting)
+
+
+def assert_every_drafter_gives_the_target_alone(setting: dict) -> list[LocalEngine]:
+    """The tiny pair's target at `setting` (EngineConfig fields), with prompt lookup, a draft
+    model of its tokenizer and one of another: greedy output equal to the target alone on
+    PROMPTS, with drafts made. Returns the engines."""
     target_dir, draft_dir = tiny_pair_dirs()
     base = LocalEngine(EngineConfig(target=target_dir, draft="none", **setting))
     engines = {"ngram": LocalEngine(EngineConfig(target=target_dir, draft="ngram", **setting)),
@@ -224,6 +231,7 @@ def test_greedy_output_at_each_precision_equals_that_target_alone(setting):
             assert got.token_ids == want, (name, text)
             drafted += got.stats.drafted
     assert drafted > 0
+    return [base, *engines.values()]
 
 
 def test_a_quantization_that_cannot_run_is_one_line_before_anything_loads():

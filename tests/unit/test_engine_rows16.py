@@ -105,40 +105,20 @@ def test_native_kernels_where_they_cannot_run_are_a_clear_error(monkeypatch):
 def test_greedy_output_on_native_kernels_equals_the_target_alone(monkeypatch):
     """The engine with every model's maps on rows16.c (plain bfloat16 weights, NATIVE for up to
     8 rows): each drafter's output is token for token the target's alone."""
-    from engine import EngineConfig, GenerationSettings, LocalEngine, lean as lean_module
-    from engine.policy import Mean, Policy
-    from tests.tiny_models import tiny_pair_dirs, tiny_same_tokenizer_draft_dir
-    from tests.unit.test_engine_lossless import _ids
-    from tests.unit.test_engine_precision import PROMPTS
+    from engine import lean as lean_module
+    from tests.unit.test_engine_precision import assert_every_drafter_gives_the_target_alone
 
     made = []
+    make_lean_plain = lean_module.make_lean
 
     def on_native(model, pack_max_bytes=0, kernels=None, quantize="none"):
         lean = make_lean_plain(model, pack_max_bytes=0, kernels=Kernels(NATIVE, NATIVE, NATIVE, ROWS), quantize=quantize)
         made.append(lean)
         return lean
 
-    make_lean_plain = lean_module.make_lean
     monkeypatch.setattr(lean_module, "make_lean", on_native)
-    target_dir, draft_dir = tiny_pair_dirs()
-    setting = dict(dtype="bfloat16")
-    base = LocalEngine(EngineConfig(target=target_dir, draft="none", **setting))
-    engines = {"ngram": LocalEngine(EngineConfig(target=target_dir, draft="ngram", **setting)),
-               "same-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=tiny_same_tokenizer_draft_dir(), **setting)),
-               "other-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=draft_dir, **setting))}
-    for engine in engines.values():     # plans that do not depend on this machine's timings
-        engine.policy = Policy(frozen=True, model_begin=Mean(0.0), model_first=Mean(0.5), model_step=Mean(0.5))
+    assert_every_drafter_gives_the_target_alone(dict(dtype="bfloat16"))
     assert made and all(lean.kernels.one == NATIVE and lean.compute_dtype == torch.bfloat16 for lean in made)
-    settings = GenerationSettings(max_new_tokens=24)
-    drafted = 0
-    for text in PROMPTS:
-        ids = _ids(base.target, text)
-        want = base.generate(ids, settings=settings).token_ids
-        for name, engine in engines.items():
-            got = engine.generate(ids, _ids(engine.draft, text) if engine.draft else None, settings=settings)
-            assert got.token_ids == want, (name, text)
-            drafted += got.stats.drafted
-    assert drafted > 0
 
 
 def test_a_compiler_that_fails_leaves_torchs_kernels_and_says_why(monkeypatch, tmp_path, caplog):

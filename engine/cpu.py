@@ -54,7 +54,7 @@ def rows16_unsupported() -> str | None:
 def system_line() -> str:
     native = native_16bit()
     why_not = rows16_unsupported()
-    rows = "AVX-512 BF16" if {"avx512f", "avx512bw", "avx512_bf16"} <= cpu_flags() else "AVX2"
+    build = "AVX-512 BF16" if {"avx512f", "avx512bw", "avx512_bf16"} <= cpu_flags() else "AVX2"
+    rows = f"{build}, compiled on first use with {c_compiler()}" if why_not is None else f"none ({why_not})"
     return "CPU 16-bit: " + (", ".join(native) + " natively" if native
-                             else "none natively (16-bit checkpoints run in float32)") + \
-        "; 16-bit rows kernel: " + (f"{rows}, compiled on first use with {c_compiler()}" if why_not is None else f"none ({why_not})")
+                             else "none natively (16-bit checkpoints run in float32)") + f"; 16-bit rows kernel: {rows}"

@@ -193,11 +193,14 @@ def fp16_ready(lean) -> bool:
     return lean.packed and all(m.fp16_source is not None or m.weight_fp16 is not None for m in lean.linears())
 
 
+def native_ready(lean) -> bool:
+    """Whether NATIVE runs every map of `lean` here (engine/rows16.py: compiled, 16-bit weights)."""
+    return all(rows16.available(m.weight) for m in lean.linears())
+
+
 def native_runs(lean, kernels: Kernels) -> bool:
-    """Whether these kernels can run `lean` here as far as NATIVE goes: unused, or compiled and
-    running on every map's weight (engine/rows16.py)."""
-    return NATIVE not in {getattr(kernels, name) for name, *_ in ROW_CLASSES} or \
-        all(rows16.available(m.weight) for m in lean.linears())
+    """Whether these kernels can run `lean` here as far as NATIVE goes: unused, or native_ready."""
+    return NATIVE not in {getattr(kernels, name) for name, *_ in ROW_CLASSES} or native_ready(lean)
 
 
 def use_kernels(lean, kernels: Kernels) -> None:
@@ -246,7 +249,7 @@ def choose_kernels(lean, reps: int | None = None) -> Kernels:
     context = min(MEASURE_CONTEXT, positions // 2)
     vocab = lean.model.get_input_embeddings().weight.shape[0]
     kv = lean.new_cache(lean.compute_dtype, param.device)
-    native = all(rows16.available(m.weight) for m in lean.linears())
+    native = native_ready(lean)
     notes = []
     with torch.inference_mode():
         lean(torch.arange(context, device=param.device) * 53 % vocab, kv, 1)

@@ -81,10 +81,10 @@ def rotated(names: list[str], i: int) -> list[str]:
     return names[i:] + names[:i]
 
 
-def server_env(threads: int = 0) -> dict:
-    """The environment of a benchmarked server: this checkout importable, `threads` torch threads
-    (0: the engine's own policy)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+def server_env(threads: int = 0, root: Path = ROOT) -> dict:
+    """The environment of a benchmarked server: the checkout at `root` importable, `threads` torch
+    threads (0: the engine's own policy)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
            "TOKENIZERS_PARALLELISM": "false"}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)

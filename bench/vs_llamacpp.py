@@ -268,12 +268,10 @@ class SpecfillProcess:
         from bench.common import ROOT, server_env
         log = open(self.log_path, "ab")
         root = self.row.root or ROOT
-        env = server_env(self.threads)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
         t0 = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-c", "from bench.vs_llamacpp import worker; worker()"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=str(root),
-                                     env=env, text=True)
+                                     env=server_env(self.threads, root), text=True)
         first = self.ask({"target": str(self.model_dir), "threads": self.threads, "overrides": self.row.overrides,
                           "warm": self.warm})
         load_s = time.perf_counter() - t0

@@ -133,14 +133,19 @@ def the_edit_drawn(nv: Nvim) -> dict:
     return edit
 
 
+def open_walk(nv: Nvim, request) -> None:
+    """A new file holding WALK, named after the test, in a fresh buffer."""
+    name = re.sub(r"\W", "_", request.node.name) + ".py"
+    (nv.dir / name).write_text(WALK)
+    fresh_buffer(nv, name)
+
+
 @pytest.fixture
 def walk(editor, request):
     """The editor on a new file holding WALK, `:` just typed at the end of line 4 (insert mode):
     the change that makes the server suggest a next edit."""
     nv = editor
-    name = re.sub(r"\W", "_", request.node.name) + ".py"
-    (nv.dir / name).write_text(WALK)
-    fresh_buffer(nv, name)
+    open_walk(nv, request)
     nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
     nv.lua("_G.sf_asked, _G.sf_answers = {}, {}")
     nv.send("a:")
@@ -217,9 +222,7 @@ def test_dismiss_key_moving_and_typing_drop_it_tab_is_tab_again_and_esc_keeps_it
 def walk_normal(editor, request):
     """The editor in normal mode on a new file holding WALK, nothing asked yet."""
     nv = editor
-    name = re.sub(r"\W", "_", request.node.name) + ".py"
-    (nv.dir / name).write_text(WALK)
-    fresh_buffer(nv, name)
+    open_walk(nv, request)
     nv.lua("_G.sf_asked, _G.sf_answers = {}, {}")
     return nv
 
@@ -395,9 +398,7 @@ def test_with_next_edit_off_none_is_asked(editor, request):
     nv = editor
     nv.lua("require('specfill').set_settings({ nextEdit = 'off' })")
     try:
-        name = re.sub(r"\W", "_", request.node.name) + ".py"
-        (nv.dir / name).write_text(WALK)
-        fresh_buffer(nv, name)
+        open_walk(nv, request)
         nv.lua("vim.api.nvim_win_set_cursor(0, { 4, 13 })")
         nv.lua("_G.sf_asked = {}")
         nv.send("a:")

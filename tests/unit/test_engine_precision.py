@@ -162,6 +162,17 @@ def test_an_int8_map_of_more_rows_than_a_block_is_its_blocks_side_by_side():
     assert ((out - want).norm(dim=1) / want.norm(dim=1)).max() < 0.02
 
 
+def steps_and_verify(lean, dtype, ids: list[int], cached: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of ids[cached:cached + n] after ids[:cached], computed by `lean` one single
+    step at a time and in one verify pass (each on its own cache)."""
+    one_by_one, together = LeanForward(lean, dtype, CPU), LeanForward(lean, dtype, CPU)
+    with torch.no_grad():
+        one_by_one(ids[:cached], 1)
+        together(ids[:cached], 1)
+        steps = torch.cat([one_by_one([t], 1) for t in ids[cached:cached + n]])
+        return steps, together(ids[cached:cached + n], n)
+
+
 @pytest.mark.skipif(not HAS_INT8, reason="no int8 kernel in this torch build or on this CPU")
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "bigcode"])
 def test_the_int8_forward_verifies_what_single_steps_compute(kind):
@@ -170,12 +181,7 @@ def test_the_int8_forward_verifies_what_single_steps_compute(kind):
     ref = _reference(model, ids)
     lean = make_lean(model, quantize="int8")
     assert lean.compute_dtype == torch.float32
-    one_by_one, together = LeanForward(lean, torch.float32, CPU), LeanForward(lean, torch.float32, CPU)
-    with torch.no_grad():
-        one_by_one(ids[:40], 1)
-        together(ids[:40], 1)
-        steps = torch.cat([one_by_one([t], 1) for t in ids[40:56]])
-        verify = together(ids[40:56], 16)
+    steps, verify = steps_and_verify(lean, torch.float32, ids, 40, 16)
     torch.testing.assert_close(steps, verify, atol=1e-4, rtol=1e-4)
     # and it stays close to the float32 model it came from
     assert (verify - ref[40:56]).norm() < 0.1 * ref[40:56].norm()

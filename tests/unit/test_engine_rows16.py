@@ -10,6 +10,7 @@ from engine import rows16
 from engine.lean import LeanForward, make_lean
 from engine.matmul import NATIVE, ROWS, Kernels, use_kernels
 from tests.tiny_models import tiny_model
+from tests.unit.test_engine_precision import assert_every_drafter_gives_the_target_alone, steps_and_verify
 
 pytestmark = pytest.mark.skipif(rows16.load() is None, reason="rows16.c is not built here (see the log)")
 
@@ -83,12 +84,8 @@ def test_the_lean_forward_on_native_kernels_verifies_what_single_steps_compute(k
     lean = make_lean(model, pack_max_bytes=0, kernels=Kernels(NATIVE, NATIVE, NATIVE, ROWS))
     reference = make_lean(tiny_model(kind, 300).to(torch.bfloat16), pack_max_bytes=0, kernels=Kernels())
     ids = list(range(3, 60))
-    one_by_one, together = LeanForward(lean, torch.bfloat16, CPU), LeanForward(lean, torch.bfloat16, CPU)
+    steps, verify = steps_and_verify(lean, torch.bfloat16, ids, 40, 8)
     with torch.no_grad():
-        one_by_one(ids[:40], 1)
-        together(ids[:40], 1)
-        steps = torch.cat([one_by_one([t], 1) for t in ids[40:48]])
-        verify = together(ids[40:48], 8)
         plain = LeanForward(reference, torch.bfloat16, CPU)(ids[:48], 8)
     assert (steps - verify).abs().max() < 0.02 * verify.abs().max()
     assert torch.equal(steps.argmax(-1), verify.argmax(-1))
@@ -106,7 +103,6 @@ def test_greedy_output_on_native_kernels_equals_the_target_alone(monkeypatch):
     """The engine with every model's maps on rows16.c (plain bfloat16 weights, NATIVE for up to
     8 rows): each drafter's output is token for token the target's alone."""
     from engine import lean as lean_module
-    from tests.unit.test_engine_precision import assert_every_drafter_gives_the_target_alone
 
     made = []
     make_lean_plain = lean_module.make_lean

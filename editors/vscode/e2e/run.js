@@ -432,10 +432,16 @@ async function killServer(page, codeServerPid, what) {
   process.kill(pid, 'SIGKILL');
   step(`killed ${what}`, { pid });
   // The status bar says it starts again, then it is ready (the models loaded) again.
+  // Every label seen meanwhile goes into the error, should the restart notice never show.
+  const seen = [];
   const restarting = await waitFor('restarting in the status bar', async () => {
     const s = await statusBarText(page);
+    if (s && seen[seen.length - 1] !== s.label) seen.push(s.label);
     return s && /restarting/.test(s.label) ? s : null;
-  }, 30000, 100);
+  }, 30000, 100).catch(async (err) => {
+    const told = (await notifications(page)).map((n) => JSON.stringify(n)).join(' | ');
+    throw new Error(`${err.message}; the status bar said: ${seen.join(' | ')}; notifications: ${told}`);
+  });
   await waitFor('a new server process', () => {
     const now = serverPid(codeServerPid);
     return now && now !== pid;

@@ -38,6 +38,7 @@ import {
   STATUS_NOTIFICATION,
   StatusState,
   initialStatus,
+  phaseAfterAnswer,
   refusedFromStatus,
   statusText,
   targetFromStatus,
@@ -402,10 +403,9 @@ function createClient(): LanguageClient {
         for (const item of offered) {
           item.command = acceptCommand(item.command);
         }
-        setStatus({
-          phase: status.phase === 'loading' ? 'loading' : enabledFor() ? 'ready' : 'disabled',
-          lastLatencyMs: Date.now() - started,
-        });
+        if (c === client) {
+          setStatus({ phase: phaseAfterAnswer(status.phase, enabledFor()), lastLatencyMs: Date.now() - started });
+        }
         // VS Code shows the first item; it counts as shown once it has stayed current.
         const before = document.lineAt(position.line).text.slice(0, position.character);
         const first = offered.length > 0 ? items.indexOf(offered[0]) : -1;

@@ -32,6 +32,16 @@ export function initialStatus(): StatusState {
   return { phase: 'starting', shown: 0, accepted: 0 };
 }
 
+/** The phase after an inline completion request ends: an answer says nothing about a server
+ *  that is loading, starting, restarting, stopped or failed (a request that was in flight when
+ *  the server died ends after the restart notice), so only ready and disabled follow `enabled`. */
+export function phaseAfterAnswer(phase: Phase, enabled: boolean): Phase {
+  if (phase !== 'ready' && phase !== 'disabled') {
+    return phase;
+  }
+  return enabled ? 'ready' : 'disabled';
+}
+
 export const STATUS_NOTIFICATION = SERVER_METHODS.status;
 export const DOCUMENT_STATUS_NOTIFICATION = SERVER_METHODS.documentStatus;
 

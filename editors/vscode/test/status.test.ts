@@ -1,7 +1,7 @@
 // The status bar text for a remote target that fails and recovers (node --test, no VS Code).
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { SHOW_LOG, SHOW_STATS, StatusState, refusedFromStatus, statusText, targetFromStatus } from '../src/status';
+import { SHOW_LOG, SHOW_STATS, StatusState, phaseAfterAnswer, refusedFromStatus, statusText, targetFromStatus } from '../src/status';
 
 const ready: StatusState = { phase: 'ready', shown: 4, accepted: 1, lastLatencyMs: 35 };
 
@@ -54,4 +54,14 @@ test('a language that is off, and a server that is starting again, say so', () =
   assert.equal(restarting.text, '$(sync~spin) specfill: restarting');
   assert.match(restarting.tooltip, /signal SIGKILL/);
   assert.equal(restarting.command, SHOW_LOG);
+});
+
+test('an answer that ends after the server died leaves the restart notice in place', () => {
+  for (const phase of ['restarting', 'error', 'stopped', 'starting', 'loading'] as const) {
+    assert.equal(phaseAfterAnswer(phase, true), phase);
+    assert.equal(phaseAfterAnswer(phase, false), phase);
+  }
+  assert.equal(phaseAfterAnswer('ready', true), 'ready');
+  assert.equal(phaseAfterAnswer('ready', false), 'disabled');
+  assert.equal(phaseAfterAnswer('disabled', true), 'ready');
 });

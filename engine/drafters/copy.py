@@ -5,6 +5,11 @@ the rewrite has reached. A copy is right nearly always, so it proposes long chai
 as it judges prompt lookup's, and by whether the answer so far is a copy of the region's start
 (source "copy") or parted from the region and was aligned again ("realigned": after a change a
 short match is often found in the wrong place), and picks the length worth verifying.
+
+Where the rewrite replaced a few of the region's ids and then met the region again (an
+identifier renamed), the drafter learns the replacement (`edits`) and makes it wherever the
+region has those ids again, so a rename costs the target its first place only. A replacement
+the target then does not make (it wrote the region's ids there) is forgotten.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from .base import Draft
 from .lookup import as_bytes
 
 MAX_TAIL = 32     # the newest ids of the rewrite that are matched against the region, at most
+MAX_EDIT = 8      # the most ids on either side of a replacement the drafter learns
 
 
 def occurrence_end(region: bytes, tail: bytes, near: int) -> int:
@@ -68,31 +74,101 @@ def aligned(region: bytes, out: Sequence[int], near: int) -> tuple[int, int]:
 
 
 class CopyDrafter:
-    """Proposes the original region of a rewrite (`region`, the target's ids), from where the
-    answer so far is aligned with it (`aligned`); its source is "copy" while the answer is a copy
-    of the region's start, else "realigned"."""
+    """Proposes the original region of a rewrite (`region`, the target's ids), with the
+    replacements learned so far, from where the answer has followed the region (`follow`) or,
+    after a change, was aligned with it again (`aligned`); its source is "copy" while the answer
+    is a copy of the region's start, else "realigned"."""
     name, free, longest = "copy", True, MAX_COPY_LENGTH
 
     def __init__(self, region: Sequence[int]):
         self.region = list(region)
         self.region_bytes = as_bytes(self.region)
-        self.start = 0      # where the answer starts in the sequence
-        self.near = 0       # the region position of the latest alignment
+        self.begin([])
 
     def begin(self, prompt, draft_prompt=None) -> tuple[int, int]:
-        self.start, self.near = len(prompt), 0
+        self.start = len(prompt)    # where the answer starts in the sequence
+        self.near = 0               # the region position of the latest alignment
+        self.anchor = (0, 0)        # (ids of the answer, region position) it has followed up to
+        self.since = 0              # where in the answer that following began (its match)
+        self.pending: tuple[int, int, int] | None = None    # an alignment after a change, to confirm
+        self.edits: dict[tuple[int, ...], tuple[int, ...]] = {}     # region ids -> ids written instead
         return 0, 0
+
+    def pieces(self, at: int) -> list[tuple[tuple[int, ...], int, tuple[int, ...] | None]]:
+        """What the rewrite may write at region position `at`: (ids, the position after them, the
+        replaced ids or None), a learned replacement first, then the region's own id."""
+        out = [(new, at + len(old), old) for old, new in self.edits.items()
+               if tuple(self.region[at:at + len(old)]) == old]
+        return out + ([((self.region[at],), at + 1, None)] if at < len(self.region) else [])
+
+    def follow(self, out: Sequence[int]) -> tuple[int, int, tuple[int, ...]]:
+        """Move the anchor over the answer's ids that follow the region (the learned replacements
+        made, or the region's ids where the target did not make one: then it is forgotten).
+        Returns (the ids followed, the region position after them, the rest of a piece the answer
+        has begun and not finished: to propose first)."""
+        a, p = self.anchor
+        while a < len(out):
+            for ids, after, old in self.pieces(p):
+                written = tuple(out[a:a + len(ids)])
+                if written == ids:
+                    a, p = a + len(ids), after
+                    break
+                if written == ids[:len(written)] and len(written) < len(ids):     # the answer ends in it
+                    self.anchor = (a, p)
+                    return len(out), after, ids[len(written):]
+                if old is not None and tuple(out[a:a + len(old)]) == old:         # written as before
+                    del self.edits[old]
+                    break
+            else:
+                break
+        self.anchor = (a, p)
+        return a, p, ()
+
+    def confirm(self, out: Sequence[int]) -> bool:
+        """After a change, the last proposal's alignment (`pending`: the answer's first `length`
+        ids, whose last n end at region position `at`) is confirmed when the answer went on with
+        the region's next id: the anchor moves there, and what the answer wrote since it parted
+        from the region, in place of the region's ids up to there, is learned as a replacement
+        (a few ids each way)."""
+        if self.pending is None:
+            return False
+        length, at, n = self.pending
+        self.pending = None
+        if len(out) <= length or at >= len(self.region) or out[length] != self.region[at]:
+            return False
+        a, p = self.anchor
+        old, new = tuple(self.region[p:at - n]), tuple(out[a:length - n])
+        if at - n >= p and 0 < len(old) <= MAX_EDIT and 0 < len(new) <= MAX_EDIT and old != new:
+            self.edits[old] = new
+        self.anchor, self.since = (length, at), length - n
+        return True
+
+    def expand(self, at: int, k: int) -> list[int]:
+        """k ids of the region from position `at`, the learned replacements made."""
+        if not self.edits:
+            return self.region[at:at + k]
+        out: list[int] = []
+        while len(out) < k and at < len(self.region):
+            ids, at, _ = self.pieces(at)[0]
+            out.extend(ids)
+        return out[:k]
 
     def propose(self, seq, generated, k, sampling) -> Draft:
         out = seq[self.start:]
-        if self.region[:len(out)] == out:      # a copy of the region's start so far: no search
-            at, n, source = len(out), min(len(out), MAX_TAIL), "copy"
+        a, at, rest = self.follow(out)
+        if a < len(out) and self.confirm(out):
+            a, at, rest = self.follow(out)
+        if a == len(out):
+            n, self.pending = min(len(out) - self.since, MAX_TAIL), None
         else:
-            (at, n), source = aligned(self.region_bytes, out, self.near), "realigned"
+            at, n = aligned(self.region_bytes, out, self.near)
+            self.pending = (len(out), at, n) if at >= 0 else None
+        source = "copy" if self.region[:len(out)] == out else "realigned"
         if at < 0 or k <= 0:
             return Draft([])
         self.near = at
-        return Draft(self.region[at:at + k], match=n, source=source)
+        tokens = (list(rest) + self.expand(at, k))[:k]
+        return Draft(tokens, match=n, source=source) if tokens else Draft([])
 
     def end(self, answer: list[int]) -> None:
         pass

@@ -86,11 +86,11 @@ def target_calls(region: list[int], rewrite: list[int], k: int = MAX_COPY_LENGTH
 
 # Calls at most for each rewrite of the 20-line region (k = MAX_COPY_LENGTH): a copy's, plus the
 # ids the region does not have (written by the target alone) and a call or two where the
-# rewrite parts from the region and meets it again (for each of the 5 renamed ids: the call
-# whose proposal it ends, one for the id after it, a copy again).
+# rewrite parts from the region and meets it again (for the first of the 5 renamed ids: the call
+# whose proposal it ends, one for the id after it, a copy again; the drafter makes the others).
 def calls_allowed(name: str, rewrite: list[int]) -> int:
     copy_calls = math.ceil(len(rewrite) / (MAX_COPY_LENGTH + 1))
-    return copy_calls + {"copy": 0, "changed line": 5, "renamed": 3 * 5, "inserted line": 5, "deleted line": 2}[name]
+    return copy_calls + {"copy": 0, "changed line": 5, "renamed": 3, "inserted line": 5, "deleted line": 2}[name]
 
 
 @pytest.mark.parametrize("name", list(rewrites()))
@@ -108,6 +108,45 @@ def test_without_re_alignment_the_rewrites_take_many_calls(name, monkeypatch):
     region, rewrite = flat(region_lines()), rewrites()[name]
     assert target_calls(region, region)[0] <= calls_allowed("copy", region)    # a copy still copies
     assert target_calls(region, rewrite)[0] > calls_allowed(name, rewrite)
+
+
+def test_without_learned_replacements_each_renamed_place_costs_calls(monkeypatch):
+    monkeypatch.setattr(copy_module, "MAX_EDIT", 0)
+    region, rewrite = flat(region_lines()), rewrites()["renamed"]
+    assert target_calls(region, rewrite)[0] > calls_allowed("renamed", rewrite) + 5
+
+
+def test_a_replacement_is_learned_made_again_and_forgotten_where_the_target_does_not_make_it():
+    N, M = 50, 51
+    region = [5, N, 6, NL, 7, N, 8, NL, 9, N, 10, NL]
+    drafter = CopyDrafter(region)
+    drafter.begin([])
+    assert drafter.propose([5], b"", 4, None).tokens == [N, 6, NL, 7]
+    assert drafter.propose([5, M], b"", 4, None).tokens == []             # M: not in the region
+    assert drafter.propose([5, M, 6], b"", 4, None).tokens == [NL, 7, N, 8]   # aligned again after 6
+    assert drafter.edits == {}
+    draft = drafter.propose([5, M, 6, NL], b"", 4, None)     # the alignment held: N -> M learned
+    assert drafter.edits == {(N,): (M,)}
+    assert (draft.tokens, draft.source) == ([7, M, 8, NL], "realigned")
+    draft = drafter.propose([5, M, 6, NL, 7, M, 8, NL], b"", 4, None)
+    assert draft.tokens == [9, M, 10, NL] and draft.match == 6
+    drafter.begin([])
+    for out in ([5], [5, M], [5, M, 6], [5, M, 6, NL]):
+        drafter.propose(out, b"", 4, None)
+    assert drafter.propose([5, M, 6, NL, 7, N], b"", 4, None).tokens == [8, NL, 9, N]   # N kept: forgotten
+    assert drafter.edits == {}
+    assert drafter.propose([5, M, 6, NL, 7, N, 8, NL], b"", 4, None).tokens == [9, N, 10, NL]
+
+
+def test_a_replacement_of_several_ids_is_made_whole_from_where_the_answer_is():
+    region = [5, 50, 6, NL, 7, 50, 8, NL]
+    drafter = CopyDrafter(region)
+    drafter.begin([])
+    for out in ([5], [5, 60], [5, 60, 61], [5, 60, 61, 6], [5, 60, 61, 6, NL]):
+        drafter.propose(out, b"", 4, None)
+    assert drafter.edits == {(50,): (60, 61)}
+    assert drafter.propose([5, 60, 61, 6, NL, 7], b"", 4, None).tokens == [60, 61, 8, NL]
+    assert drafter.propose([5, 60, 61, 6, NL, 7, 60], b"", 4, None).tokens == [61, 8, NL]
 
 
 def test_after_a_change_the_copy_resumes_at_the_next_matching_line():

@@ -414,6 +414,16 @@ def text_offset(text: str, position: dict) -> int:
     return sum(len(line) + 1 for line in text.split("\n")[:position["line"]]) + position["character"]
 
 
+def drawn_beside(edit: dict) -> list[str]:
+    """The new text as the extension draws it beside the lines it replaces: its i-th line after
+    the range's i-th line, its last line (with any lines beyond the range's, joined by ⏎) at the
+    range's end; empty lines draw nothing; spaces drawn as no-break spaces."""
+    lines = edit["newText"].split("\n")
+    beside = min(edit["range"]["end"]["line"] - edit["range"]["start"]["line"], len(lines) - 1)
+    labels = lines[:beside] + ["\n".join(lines[beside:]).replace("\n", " \u23ce ")]
+    return [label.replace(" ", "\u00a0") for label in labels if label]
+
+
 # An ordinary suggestion after `    r` at the end; at the end of `def walk(root):` (the colon typed
 # there) the inline answer is empty, so that keystroke asks for a next edit.
 NEXT_EDIT_FILE = "import os\n\n\ndef walk(root)\n\n\ndef add(a, b):\n    "
@@ -443,7 +453,7 @@ def test_next_edit_is_drawn_where_the_inline_answer_is_empty_and_tab_jumps_then_
         asked_at = [log_time(line) for line in log if "Request 'specfill/nextEdit' received" in line]
         typed_there = next(s["t"] for s in seen["steps"] if s["name"] == "typed where the inline answer is empty")
         assert asked_at and min(asked_at) >= typed_there / 1000 - 0.5, (asked_at, typed_there)
-        # What is drawn is the server's edit: the range's text struck through, the new text after it.
+        # What is drawn is the server's edit: the range's text struck through, the new text beside it.
         # (The extension logs the id of the edit it applied.)
         applied_ids = [m.group(1) for line in log if (m := re.search(r"next edit (\S+) applied", line))]
         assert len(applied_ids) == 1, log[-40:]
@@ -452,8 +462,8 @@ def test_next_edit_is_drawn_where_the_inline_answer_is_empty_and_tab_jumps_then_
         a, b = text_offset(with_colon, start), text_offset(with_colon, end)
         for shown in (seen["shown"], seen["shownAgain"]):
             assert "".join(shown["struck"]) == with_colon[a:b].replace("\n", ""), (shown, edit)
-            label = edit["newText"].replace("\n", " \u23ce ")
-            assert shown["inserted"] == ([json.dumps(label, ensure_ascii=False)] if label else []), (shown, edit)
+            labels = [json.dumps(label, ensure_ascii=False) for label in drawn_beside(edit)]
+            assert shown["inserted"] == labels, (shown, edit)
         # Tab jumps to the edit's start, the edit still drawn; Tab applies exactly the edit.
         assert seen["cursorAfterJump"] == {"line": start["line"] + 1, "column": start["character"] + 1}, seen
         assert seen["drawnAfterJump"] == seen["shownAgain"], seen

@@ -83,7 +83,20 @@ export function tabAction(cursor: WirePosition, edit: WireNextEdit): 'jump' | 'a
   return cursor.line === start.line && cursor.character === start.character ? 'apply' : 'jump';
 }
 
-/** The new text as drawn after the text it replaces (one line: an end of line is shown as ⏎). */
+/** Text drawn on one line: an end of line is shown as ⏎. */
 export function insertedLabel(newText: string): string {
   return newText.replace(/\r\n|\r|\n/g, ' \u23ce ');
+}
+
+/** Where the new text is drawn, line by line beside the lines it replaces: its i-th line after the
+ *  end of the range's i-th line (`atLineEnd`), its last line at the range's end (before the text
+ *  that stays); new lines beyond the range's lines go there too, joined with ⏎, and the range's
+ *  lines beyond the new text's are struck through only. Empty lines draw nothing. */
+export function insertedLines(range: WireRange, newText: string): { line: number; atLineEnd: boolean; text: string }[] {
+  const lines = newText.split(/\r\n|\r|\n/);
+  const breaks = range.end.line - range.start.line;
+  const beside = Math.min(breaks, lines.length - 1);
+  const out = lines.slice(0, beside).map((text, i) => ({ line: range.start.line + i, atLineEnd: true, text }));
+  out.push({ line: range.end.line, atLineEnd: false, text: insertedLabel(lines.slice(beside).join('\n')) });
+  return out.filter((l) => l.text !== '');
 }

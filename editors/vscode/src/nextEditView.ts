@@ -2,11 +2,11 @@
 // ghost text at the cursor (an item that deletes text, or edits another line, is dropped), and
 // its inline-edit presentation (`isInlineEdit`) is a proposed API a packaged extension cannot
 // enable. So the edit is drawn with decorations: the text it deletes struck through, the text
-// it writes after it. Tab (the keybinding `specfill.nextEdit.tab`, while the context key
+// it writes beside it, line by line (`insertedLines`). Tab (the keybinding `specfill.nextEdit.tab`, while the context key
 // `specfill.nextEditShown` is set and no inline suggestion or suggest widget is visible) jumps
 // to the edit, then applies it; Escape dismisses it; any change of the document drops it.
 import * as vscode from 'vscode';
-import { WireNextEdit, insertedLabel, tabAction } from './nextEdit';
+import { WireNextEdit, insertedLines, tabAction } from './nextEdit';
 
 export const TAB_COMMAND = 'specfill.nextEdit.tab';
 export const DISMISS_COMMAND = 'specfill.nextEdit.dismiss';
@@ -77,22 +77,19 @@ export class NextEdits implements vscode.Disposable {
     }
     const hover = new vscode.MarkdownString().appendText('specfill next edit: Tab jumps to it, Tab again applies it, Escape dismisses it\n').appendCodeblock(edit.newText);
     editor.setDecorations(this.deleted, range.isEmpty ? [] : [{ range, hoverMessage: hover }]);
+    // (Spaces as no-break spaces: the editor would collapse an indentation's.)
+    const after = (text: string) => ({
+      contentText: text.replace(/ /g, '\u00a0'),
+      color: new vscode.ThemeColor('editorGhostText.foreground'),
+      backgroundColor: new vscode.ThemeColor('diffEditor.insertedTextBackground'),
+      fontStyle: 'italic',
+    });
     editor.setDecorations(
       this.inserted,
-      edit.newText === ''
-        ? []
-        : [{
-            range: new vscode.Range(range.end, range.end),
-            hoverMessage: hover,
-            renderOptions: {
-              after: {
-                contentText: insertedLabel(edit.newText),
-                color: new vscode.ThemeColor('editorGhostText.foreground'),
-                backgroundColor: new vscode.ThemeColor('diffEditor.insertedTextBackground'),
-                fontStyle: 'italic',
-              },
-            },
-          }],
+      insertedLines(edit.range, edit.newText).map(({ line, atLineEnd, text }) => {
+        const at = atLineEnd ? editor.document.lineAt(line).range.end : range.end;
+        return { range: new vscode.Range(at, at), hoverMessage: hover, renderOptions: { after: after(text) } };
+      }),
     );
     this.shown = { editor, version, edit, range };
     void vscode.commands.executeCommand('setContext', SHOWN_CONTEXT, true);

@@ -2,7 +2,7 @@
 // label of the new text (node --test).
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { AskedVersions, insertedLabel, nextEditWanted, parseNextEdit, tabAction } from '../src/nextEdit';
+import { AskedVersions, insertedLabel, insertedLines, nextEditWanted, parseNextEdit, tabAction } from '../src/nextEdit';
 
 const URI = 'file:///ws/example.py';
 const EDIT = {
@@ -45,6 +45,27 @@ test('Tab jumps to the edit first, then applies it', () => {
 test('the new text is labelled on one line', () => {
   assert.equal(insertedLabel('total'), 'total');
   assert.equal(insertedLabel('a\nb\r\nc'), 'a \u23ce b \u23ce c');
+});
+
+test('the new text is drawn beside the lines it replaces, line by line', () => {
+  const range = (a: number, b: number, c: number, d: number) => ({ start: { line: a, character: b }, end: { line: c, character: d } });
+  // one line: after the range, as before
+  assert.deepEqual(insertedLines(range(3, 4, 3, 9), 'total'), [{ line: 3, atLineEnd: false, text: 'total' }]);
+  // as many lines as the range: each after its line, the last at the range's end
+  assert.deepEqual(insertedLines(range(1, 8, 3, 2), 'b)\n  bar(b\r\n  baz(b'), [
+    { line: 1, atLineEnd: true, text: 'b)' },
+    { line: 2, atLineEnd: true, text: '  bar(b' },
+    { line: 3, atLineEnd: false, text: '  baz(b' },
+  ]);
+  // more new lines than the range has: the rest at its end
+  assert.deepEqual(insertedLines(range(1, 8, 2, 2), 'b)\n  x = 1\n  y'), [
+    { line: 1, atLineEnd: true, text: 'b)' },
+    { line: 2, atLineEnd: false, text: '  x = 1 \u23ce   y' },
+  ]);
+  // fewer: the range's other lines are struck only; a one-line range takes all, joined
+  assert.deepEqual(insertedLines(range(1, 0, 4, 0), 'x = 2\n'), [{ line: 1, atLineEnd: true, text: 'x = 2' }]);
+  assert.deepEqual(insertedLines(range(5, 0, 5, 0), 'a\nb\n'), [{ line: 5, atLineEnd: false, text: 'a \u23ce b \u23ce ' }]);
+  assert.deepEqual(insertedLines(range(5, 0, 6, 0), ''), []);
 });
 
 test('a next edit is asked once per version of a document, and whenever the user asks', () => {

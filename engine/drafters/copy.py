@@ -3,8 +3,10 @@ its answer is drafted by copying the original region (the prompt's `copy_source`
 the rewrite has reached. A copy is right nearly always, so it proposes long chains
 (MAX_COPY_LENGTH); the policy judges each proposal by how many ids before it matched (`match`),
 as it judges prompt lookup's, and by whether the answer so far is a copy of the region's start
-(source "copy") or parted from the region and was aligned again ("realigned": after a change a
-short match is often found in the wrong place), and picks the length worth verifying.
+(source "copy") or parted from the region and was aligned again: "realigned" where the region
+goes on at most NEAR ids past where the answer parted from it (a changed, inserted or deleted
+line, a renamed identifier), "realigned far" elsewhere (after a change a short match found far
+away is often in the wrong place), and picks the length worth verifying.
 
 Where the rewrite replaced a few of the region's ids and then met the region again (an
 identifier renamed), the drafter learns the replacement (`edits`) and makes it wherever the
@@ -21,6 +23,7 @@ from .lookup import as_bytes
 
 MAX_TAIL = 32     # the newest ids of the rewrite that are matched against the region, at most
 MAX_EDIT = 8      # the most ids on either side of a replacement the drafter learns
+NEAR = 16         # an alignment after a change this many ids past where the answer parted, at most, is "near"
 
 
 def occurrence_end(region: bytes, tail: bytes, near: int) -> int:
@@ -77,7 +80,7 @@ class CopyDrafter:
     """Proposes the original region of a rewrite (`region`, the target's ids), with the
     replacements learned so far, from where the answer has followed the region (`follow`) or,
     after a change, was aligned with it again (`aligned`); its source is "copy" while the answer
-    is a copy of the region's start, else "realigned"."""
+    is a copy of the region's start, else "realigned" or "realigned far"."""
     name, free, longest = "copy", True, MAX_COPY_LENGTH
 
     def __init__(self, region: Sequence[int]):
@@ -160,10 +163,11 @@ class CopyDrafter:
             a, at, rest = self.follow(out)
         if a == len(out):
             n, self.pending = min(len(out) - self.since, MAX_TAIL), None
+            source = "copy" if self.region[:len(out)] == out else "realigned"
         else:
             at, n = aligned(self.region_bytes, out, self.near)
             self.pending = (len(out), at, n) if at >= 0 else None
-        source = "copy" if self.region[:len(out)] == out else "realigned"
+            source = "realigned" if 0 <= at - n - self.anchor[1] <= NEAR else "realigned far"
         if at < 0 or k <= 0:
             return Draft([])
         self.near = at

@@ -176,6 +176,18 @@ def test_after_a_change_the_copy_resumes_at_the_next_matching_line():
         flat(lines[13:])[first + 1:first + 9]
 
 
+def test_an_alignment_far_from_where_the_answer_parted_is_told_apart():
+    """The policy judges a copy found again near where the answer parted from the region apart
+    from one found far from there (a short match there is often in the wrong place)."""
+    region = flat(region_lines())
+    drafter = CopyDrafter(region)
+    for then, source in ((region[6], "realigned"), (region[69], "realigned far")):
+        drafter.begin([])
+        assert drafter.propose(region[:5], b"", 4, None).source == "copy"
+        draft = drafter.propose(region[:5] + [990, then], b"", 4, None)
+        assert (draft.source, draft.match) == (source, 1), draft
+
+
 def test_nothing_aligns_nothing_is_proposed():
     region = flat(region_lines())
     drafter = CopyDrafter(region)

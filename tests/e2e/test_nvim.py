@@ -556,17 +556,22 @@ class TmuxNvim(Nvim):
 
 
 def apply_sgr(state: dict, params: str) -> None:
-    """Update {fg, italic} with one SGR escape's parameters."""
+    """Update {fg, italic, struck} with one SGR escape's parameters (fg as its codes: '38;5;71'
+    for a 256-colour foreground, '38;2;R;G;B', or '31' ...)."""
     nums = [int(p or 0) for p in re.split("[;:]", params)] if params else [0]
     i = 0
     while i < len(nums):
         n = nums[i]
         if n == 0:
-            state.update(fg=None, italic=False)
+            state.update(fg=None, italic=False, struck=False)
         elif n == 3:
             state["italic"] = True
         elif n == 23:
             state["italic"] = False
+        elif n == 9:
+            state["struck"] = True
+        elif n == 29:
+            state["struck"] = False
         elif n in (38, 48):
             width = 3 if nums[i + 1:i + 2] == [5] else 5   # 38;5;N or 38;2;R;G;B
             if n == 38:
@@ -580,11 +585,11 @@ def apply_sgr(state: dict, params: str) -> None:
 
 
 def style_at(line: str, text: str) -> dict | None:
-    """{fg, italic} where `text` starts on a captured screen line (None: not on the line)."""
+    """{fg, italic, struck} where `text` starts on a captured screen line (None: not on the line)."""
     target = SGR.sub("", line).find(text)
     if target < 0:
         return None
-    state, pos, last = {"fg": None, "italic": False}, 0, 0
+    state, pos, last = {"fg": None, "italic": False, "struck": False}, 0, 0
     for m in [*SGR.finditer(line), None]:
         segment = line[last:m.start() if m else len(line)]
         if pos + len(segment) > target:

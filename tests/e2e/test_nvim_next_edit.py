@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_nvim import (SGR, TMUX, WAIT_MODEL_S, Nvim, TmuxNvim, attached_nvim, fresh_buffer,
-                                 server_settings, type_until_ghost)
+                                 server_settings, style_at, type_until_ghost)
 
 WALK = "import os\n\n\ndef walk(root)\n"   # `:` typed at the end of line 4 makes the empty case
 
@@ -359,41 +359,6 @@ def test_an_inline_completion_at_the_cursor_takes_precedence(editor):
     nv.wait("#require('specfill').rendered(0) == 0", 10, "the ghost text accepted")
 
 
-def sgr_at(line: str, text: str) -> set[str] | None:
-    """The SGR attributes in force where `text` starts on a captured screen line: '9' for
-    strikethrough, '38;5;N' for a 256-colour foreground (None: `text` is not on the line)."""
-    target = SGR.sub("", line).find(text)
-    if target < 0:
-        return None
-    attrs: set[str] = set()
-    pos, last = 0, 0
-    for m in [*SGR.finditer(line), None]:
-        segment = line[last:m.start() if m else len(line)]
-        if pos + len(segment) > target:
-            return attrs
-        pos += len(segment)
-        if m is None:
-            return None
-        nums = m.group(1).split(";") if m.group(1) else ["0"]
-        i = 0
-        while i < len(nums):
-            n = nums[i] or "0"
-            if n == "0":
-                attrs.clear()
-            elif n == "29":
-                attrs.discard("9")
-            elif n == "38" and nums[i + 1:i + 2] == ["5"]:
-                attrs = {a for a in attrs if not a.startswith("38;")} | {";".join(nums[i:i + 3])}
-                i += 2
-            elif n == "39":
-                attrs = {a for a in attrs if not a.startswith("38;")}
-            else:
-                attrs.add(n)
-            i += 1
-        last = m.end()
-    return None
-
-
 def test_with_next_edit_off_none_is_asked(editor, request):
     nv = editor
     nv.lua("require('specfill').set_settings({ nextEdit = 'off' })")
@@ -444,12 +409,12 @@ def test_on_screen_the_deleted_text_is_struck_through_and_the_new_text_green():
             time.sleep(0.2)
         raw = screen.split("\n")
         if struck is not None:
-            attrs = next(a for a in (sgr_at(r, struck) for r in raw) if a is not None)
-            assert "9" in attrs, (struck, attrs, screen)
-        attrs = next(a for a in (sgr_at(r, new.strip()) for r in raw) if a is not None)
-        assert "38;5;71" in attrs and "9" not in attrs, (new, attrs, screen)
-        code = sgr_at(raw[0], "import os")
-        assert code is not None and "9" not in code and "38;5;71" not in code, screen
+            style = next(a for a in (style_at(r, struck) for r in raw) if a is not None)
+            assert style["struck"], (struck, style, screen)
+        style = next(a for a in (style_at(r, new.strip()) for r in raw) if a is not None)
+        assert style["fg"] == "38;5;71" and not style["struck"], (new, style, screen)
+        code = style_at(raw[0], "import os")
+        assert code is not None and not code["struck"] and code["fg"] != "38;5;71", screen
     finally:
         nv.close()
         shutil.rmtree(tmp, ignore_errors=True)

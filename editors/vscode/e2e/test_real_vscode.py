@@ -266,10 +266,10 @@ def test_ghost_text_beside_intellisense_continues_the_selected_item(vsix, tmp_pa
         assert seen["fileAfter"] == with_item + continuation, (seen["fileAfter"], continuation)
 
 
-def alternatives_answers(log: list[str]) -> list[list[str]]:
-    """The texts of each answer the server sent with two or more items (only specfill/alternatives
-    answers more than one), read from its debug log (pygls logs each message it sends)."""
-    answers = []
+def sent_results(log: list[str]) -> list:
+    """The result of each message the server sent, in order, read from its debug log (pygls logs
+    each message it sends)."""
+    results = []
     for line in log:
         _, found, body = line.partition("Sending data: ")
         if not found:
@@ -278,10 +278,15 @@ def alternatives_answers(log: list[str]) -> list[list[str]]:
             message = json.loads(body)
         except ValueError:
             continue
-        items = (message.get("result") or {}).get("items") if isinstance(message.get("result"), dict) else None
-        if items and len(items) >= 2:
-            answers.append([item["insertText"] for item in items])
-    return answers
+        results.append(message.get("result"))
+    return results
+
+
+def alternatives_answers(log: list[str]) -> list[list[str]]:
+    """The texts of each answer the server sent with two or more items (only specfill/alternatives
+    answers more than one)."""
+    items = [r.get("items") for r in sent_results(log) if isinstance(r, dict)]
+    return [[item["insertText"] for item in found] for found in items if found and len(found) >= 2]
 
 
 def test_alt_brackets_cycle_through_the_servers_alternatives_and_tab_takes_the_shown_one(vsix, tmp_path):
@@ -384,21 +389,8 @@ def test_the_status_bar_and_stats_say_why_nothing_is_shown(vsix, tmp_path):
 
 
 def next_edit_answers(log: list[str]) -> list[dict]:
-    """Each specfill/nextEdit answer the server sent that is an edit, in order, read from its
-    debug log (pygls logs each message it sends)."""
-    answers = []
-    for line in log:
-        _, found, body = line.partition("Sending data: ")
-        if not found:
-            continue
-        try:
-            message = json.loads(body)
-        except ValueError:
-            continue
-        result = message.get("result")
-        if isinstance(result, dict) and "newText" in result and "range" in result:
-            answers.append(result)
-    return answers
+    """Each specfill/nextEdit answer the server sent that is an edit, in order."""
+    return [r for r in sent_results(log) if isinstance(r, dict) and "newText" in r and "range" in r]
 
 
 def log_time(line: str) -> float | None:

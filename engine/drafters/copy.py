@@ -119,7 +119,8 @@ class CopyDrafter:
                 if written == ids[:len(written)] and len(written) < len(ids):     # the answer ends in it
                     self.anchor = (a, p)
                     return len(out), after, ids[len(written):]
-                if old is not None and tuple(out[a:a + len(old)]) == old:         # written as before
+                kept = tuple(out[a:a + len(old)]) if old is not None else ()
+                if kept and kept == old[:len(kept)]:       # the region's ids written (or begun) instead
                     del self.edits[old]
                     break
             else:
@@ -129,15 +130,15 @@ class CopyDrafter:
 
     def confirm(self, out: Sequence[int]) -> bool:
         """After a change, the last proposal's alignment (`pending`: the answer's first `length`
-        ids, whose last n end at region position `at`) is confirmed when the answer went on with
-        the region's next id: the anchor moves there, and what the answer wrote since it parted
-        from the region, in place of the region's ids up to there, is learned as a replacement
-        (a few ids each way)."""
+        ids, whose last n end at region position `at`) is confirmed when the answer
+        went on as the region does there (its next id, or a learned replacement): the anchor
+        moves there, and what the answer wrote since it parted from the region, in place of the
+        region's ids up to there, is learned as a replacement (a few ids each way)."""
         if self.pending is None:
             return False
         length, at, n = self.pending
         self.pending = None
-        if len(out) <= length or at >= len(self.region) or out[length] != self.region[at]:
+        if len(out) <= length or all(ids[0] != out[length] for ids, _, _ in self.pieces(at)):
             return False
         a, p = self.anchor
         old, new = tuple(self.region[p:at - n]), tuple(out[a:length - n])
@@ -167,7 +168,8 @@ class CopyDrafter:
         else:
             at, n = aligned(self.region_bytes, out, self.near)
             self.pending = (len(out), at, n) if at >= 0 else None
-            source = "realigned" if 0 <= at - n - self.anchor[1] <= NEAR else "realigned far"
+            parted = self.anchor[1]
+            source = "realigned" if at >= parted and at - n - parted <= NEAR else "realigned far"
         if at < 0 or k <= 0:
             return Draft([])
         self.near = at

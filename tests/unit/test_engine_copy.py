@@ -138,6 +138,33 @@ def test_a_replacement_is_learned_made_again_and_forgotten_where_the_target_does
     assert drafter.propose([5, M, 6, NL, 7, N, 8, NL], b"", 4, None).tokens == [9, N, 10, NL]
 
 
+def test_a_replacement_of_several_ids_is_forgotten_once_the_target_begins_the_region_s_ids():
+    region = [5, 50, 51, 6, NL, 7, 50, 51, 8, NL, 9, 50, 51, 10, NL]
+    drafter = CopyDrafter(region)
+    drafter.begin([])
+    for out in ([5], [5, 60], [5, 60, 6], [5, 60, 6, NL]):
+        drafter.propose(out, b"", 4, None)
+    assert drafter.edits == {(50, 51): (60,)}
+    assert drafter.propose([5, 60, 6, NL, 7], b"", 4, None).tokens == [60, 8, NL, 9]
+    # the target wrote 50 there: the answer ends inside the replaced ids
+    assert drafter.propose([5, 60, 6, NL, 7, 50], b"", 4, None).tokens == [51, 8, NL, 9]
+    assert drafter.edits == {}
+
+
+def test_an_alignment_is_confirmed_by_a_learned_replacement_too():
+    """After a learned replacement, the answer parts from the region again just before a place
+    where it is made, and goes on with it: the alignment holds, and the replacement is kept."""
+    region = [5, 50, 6, NL, 7, 50, 8, NL, 9, 50, 10, NL]
+    drafter = CopyDrafter(region)
+    drafter.begin([])
+    for out in ([5], [5, 51], [5, 51, 6], [5, 51, 6, NL], [5, 51, 6, NL, 7]):
+        drafter.propose(out, b"", 4, None)
+    draft = drafter.propose([5, 51, 6, NL, 7, 7], b"", 4, None)      # 7 written twice
+    assert (draft.tokens, draft.source) == ([51, 8, NL, 9], "realigned")
+    assert drafter.propose([5, 51, 6, NL, 7, 7, 51], b"", 4, None).tokens == [8, NL, 9, 51]
+    assert drafter.edits == {(50,): (51,)}
+
+
 def test_a_replacement_of_several_ids_is_made_whole_from_where_the_answer_is():
     region = [5, 50, 6, NL, 7, 50, 8, NL]
     drafter = CopyDrafter(region)

@@ -4,9 +4,10 @@ the rewrite has reached. A copy is right nearly always, so it proposes long chai
 (MAX_COPY_LENGTH); the policy judges each proposal by how many ids before it matched (`match`),
 as it judges prompt lookup's, and by whether the answer so far is a copy of the region's start
 (source "copy") or parted from the region and was aligned again: "realigned" where the region
-goes on at most NEAR ids past where the answer parted from it (a changed, inserted or deleted
-line, a renamed identifier), "realigned far" elsewhere (after a change a short match found far
-away is often in the wrong place), and picks the length worth verifying.
+goes on at or after the place the answer parted from it, the match found there starting at most
+NEAR ids past that place (a changed, inserted or deleted line, a renamed identifier), "realigned
+far" elsewhere (after a change a short match found far away is often in the wrong place), and
+picks the length worth verifying.
 
 Where the rewrite replaced a few of the region's ids and then met the region again (an
 identifier renamed), the drafter learns the replacement (`edits`) and makes it wherever the
@@ -23,7 +24,7 @@ from .lookup import as_bytes
 
 MAX_TAIL = 32     # the newest ids of the rewrite that are matched against the region, at most
 MAX_EDIT = 8      # the most ids on either side of a replacement the drafter learns
-NEAR = 16         # an alignment after a change this many ids past where the answer parted, at most, is "near"
+NEAR = 16         # a match found after a change this many ids past where the answer parted, at most, is "near"
 
 
 def occurrence_end(region: bytes, tail: bytes, near: int) -> int:

@@ -131,10 +131,10 @@ class CopyDrafter:
 
     def confirm(self, out: Sequence[int]) -> bool:
         """After a change, the last proposal's alignment (`pending`: the answer's first `length`
-        ids, whose last n end at region position `at`) is confirmed when the answer
-        went on as the region does there (its next id, or a learned replacement): the anchor
-        moves there, and what the answer wrote since it parted from the region, in place of the
-        region's ids up to there, is learned as a replacement (a few ids each way)."""
+        ids, whose last n end at region position `at`) is confirmed when the answer went on as the
+        region does there (its next id, or a learned replacement): the anchor moves there, and
+        what the answer wrote since it parted from the region, in place of the region's ids up to
+        there, is learned as a replacement (a few ids each way)."""
         if self.pending is None:
             return False
         length, at, n = self.pending

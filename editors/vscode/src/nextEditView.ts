@@ -2,9 +2,10 @@
 // ghost text at the cursor (an item that deletes text, or edits another line, is dropped), and
 // its inline-edit presentation (`isInlineEdit`) is a proposed API a packaged extension cannot
 // enable. So the edit is drawn with decorations: the text it deletes struck through, the text
-// it writes beside it, line by line (`insertedLines`). Tab (the keybinding `specfill.nextEdit.tab`, while the context key
-// `specfill.nextEditShown` is set and no inline suggestion or suggest widget is visible) jumps
-// to the edit, then applies it; Escape dismisses it; any change of the document drops it.
+// it writes beside it, line by line (`insertedLines`). Tab (the keybinding
+// `specfill.nextEdit.tab`, while the context key `specfill.nextEditShown` is set and no inline
+// suggestion or suggest widget is visible) jumps to the edit, then applies it; Escape dismisses
+// it; any change of the document drops it.
 import * as vscode from 'vscode';
 import { WireNextEdit, insertedLines, tabAction } from './nextEdit';
 

@@ -80,11 +80,20 @@ class Nvim:
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir,
             # Neovim's own LSP log (server stderr included) goes to the test's folder.
             env={**os.environ, "XDG_STATE_HOME": str(workdir / "state")})
+        # The socket file appears when it is bound, a moment before Neovim listens on it:
+        # started means an expression comes back.
         deadline = time.monotonic() + 30
-        while not os.path.exists(self.sock):
+        while not self._answers():
             assert self.proc.poll() is None, self.output()
             assert time.monotonic() < deadline, "nvim did not start listening"
             time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        if not os.path.exists(self.sock):
+            return False
+        res = subprocess.run([NVIM, "--server", self.sock, "--remote-expr", "1"],
+                             capture_output=True, text=True, timeout=30)
+        return res.returncode == 0 and res.stdout.strip() == "1"
 
     def output(self) -> str:
         self.log.flush()

@@ -542,7 +542,7 @@ class TmuxNvim(Nvim):
                        check=True, cwd=workdir, env=env, timeout=30)
         self.proc = None
         deadline = time.monotonic() + 30
-        while not os.path.exists(self.sock):
+        while not self._answers():
             assert time.monotonic() < deadline, "nvim in tmux did not start listening\n" + self.screen()
             time.sleep(0.05)
 

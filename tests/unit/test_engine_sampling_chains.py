@@ -3,7 +3,8 @@ with drafts of 4-7 tokens verified in one round, for every drafter: the draft mo
 target's vocabulary (rejection sampling with its q), the draft model with another tokenizer and
 prompt lookup (sample-and-compare), the datastore of answers, the copy of a region the answer
 rewrites, and the cost-aware policy mixing them (chains, and trees of a free proposal and the
-draft model's chain).
+draft model's chain), also with the target in bfloat16, int8 and int4 (its law then that
+precision's).
 
 The models know one habit: text that goes round "abcd", now and then leaving it (they are
 trained a moment on such text). So prompt lookup's copies of the prompt's cycle and the drafts
@@ -13,7 +14,9 @@ drafters did (GenerationStats, summed in DraftCounts) and asserts that most call
 chains, so that none can pass by drafting one token at a time; and a check shows the law's
 test rejects a wrong law.
 """
+import dataclasses
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,6 +25,9 @@ from transformers import LlamaForCausalLM
 from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
 from engine.drafters import CopyDrafter, DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
 from engine.drafters.datastore import Datastore, save
+from engine.kv import make_forward
+from engine.lean import lean_for
+from engine.quantize import int8_engine
 from engine.policy import Acceptance, Mean, VerifyCost, key
 from engine.vocab import build_vocab
 from tests.sampling_law import (MIN_EXPECTED, POOLED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
@@ -78,9 +84,10 @@ def _prompt(model: LoadedModel, text: str = CYCLE_TEXT) -> list[int]:
 
 def sample_outputs(target: LoadedModel, drafters: Drafters, prompt: list[int], seed0: int,
                    draft_length="auto", policy: Policy | None = None,
-                   draft_prompt=None) -> tuple[list[list[int]], DraftCounts]:
-    """N sampled calls (seeds seed0...), with what their drafters did."""
-    pool = KVPool(target.model, 2, 256)
+                   draft_prompt=None, quantize: str = "none") -> tuple[list[list[int]], DraftCounts]:
+    """N sampled calls (seeds seed0...), with what their drafters did (`quantize`: the target's,
+    where at_precision quantized it)."""
+    pool = KVPool(target.model, 2, 256, quantize=quantize)
     policy = policy or Policy()
     outputs, counts = [], DraftCounts()
     for i in range(N):
@@ -155,10 +162,11 @@ def test_copies_of_a_region_the_answer_rewrites(cycle_models):
 STORE_PROMPT_TEXT = "dbacabcd"
 
 
-def answers_store(path, target: LoadedModel, prompt: list[int], answers: int = 64) -> Datastore:
+def answers_store(path, target: LoadedModel, prompt: list[int], answers: int = 64,
+                  quantize: str = "none") -> Datastore:
     """A datastore of the target's own sampled answers after `prompt` (seeds apart from the
     tests'), as `specfill datastore` makes one of its greedy answers elsewhere."""
-    pool = KVPool(target.model, 2, 256)
+    pool = KVPool(target.model, 2, 256, quantize=quantize)
     settings = dict(max_new_tokens=2 * NEW_TOKENS, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P)
     written = [speculative_generate(target, pool, Drafters(), prompt, GenerationSettings(seed=90_000 + i, **settings),
                                     Policy()).token_ids for i in range(answers)]
@@ -215,3 +223,51 @@ def test_the_policy_mixing_lookup_datastore_and_draft_model(cycle_models, tmp_pa
     assert all(n > 0.02 * counts.rounds for n in (by["lookup"] + by["datastore"], by["model"], trees)), counts
     assert counts.tree_passes > 0.05 * counts.rounds and counts.mostly_long(0.5), counts
     assert law_of(target, prompt).fits(outputs), counts
+
+
+def at_precision(target: LoadedModel, precision: str) -> LoadedModel:
+    """A copy of `target` as the engine runs it at `precision`: bfloat16 weights, or its lean
+    forward's weights quantized (int8, int4)."""
+    model = type(target.model)(target.model.config)
+    model.load_state_dict(target.model.state_dict())
+    if precision == "bfloat16":
+        lean_for(model.to(torch.bfloat16))
+    else:
+        lean_for(model, precision)
+    return dataclasses.replace(target, model=model)
+
+
+class LeanLaw:
+    """A model's lean forward, at the precision it was made in, called as output_law calls a
+    model: the logits of each sequence's last token, each sequence in a cache of its own."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def __call__(self, batch: torch.Tensor) -> SimpleNamespace:
+        rows = [make_forward(self.model, lean_for(self.model))(seq.tolist(), 1)[-1] for seq in batch]
+        return SimpleNamespace(logits=torch.stack(rows)[:, None, :])
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", pytest.param("int8", marks=pytest.mark.skipif(
+    int8_engine() is None, reason="no int8 kernel in this torch build or on this CPU")), "int4"])
+def test_the_policy_mixing_drafters_at_each_precision(cycle_models, tmp_path, precision):
+    """The target in 16 or fewer bits, under the policy with prompt lookup, the datastore and the
+    same-vocabulary draft model: the samples follow that precision's law. int4 moves the law
+    far enough from float32's for the samples to tell them apart (bfloat16 and int8 stay within
+    0.3 % of it in total variation, too close for 1,000 samples)."""
+    full, same, _ = cycle_models
+    target = at_precision(full, precision)
+    quantize = "none" if precision == "bfloat16" else precision
+    prompt = _prompt(target)
+    store = answers_store(tmp_path / "store.npz", target, _prompt(target, STORE_PROMPT_TEXT), quantize=quantize)
+    drafters = Drafters(lookup=LookupDrafter(), datastore=DatastoreDrafter(store),
+                        model=ModelDrafter(KVPool(same.model, 2, 256)))
+    outputs, counts = sample_outputs(target, drafters, prompt, 8000, policy=costed_policy(), quantize=quantize)
+    by = counts.rounds_by_drafter
+    assert by["lookup"] + by["datastore"] > 0.02 * counts.rounds and by["model"] > 0.02 * counts.rounds, counts
+    assert counts.mostly_long(0.5), counts
+    law = output_law(LeanLaw(target.model), prompt, NEW_TOKENS, MIN_EXPECTED / N)
+    assert law.fits(outputs), counts
+    if precision == "int4":
+        assert not law_of(full, prompt).fits(outputs)

@@ -70,7 +70,7 @@ def generate_main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="auto", choices=DTYPES,
                    help="auto: a real-sized 16-bit checkpoint in its own precision where the CPU computes it, else float32")
     p.add_argument("--quantize", default="none", choices=QUANTIZE, help="int8: 8-bit weights (CPU)")
-    p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: half the cores)")
+    p.add_argument("--threads", type=number(int, 0), default=0, help="torch CPU threads (0 = auto: the physical cores for a real-sized model, half the cores for a small one)")
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="replay the lean forward as CUDA graphs (CUDA only; run on one H200 so far)")

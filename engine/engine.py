@@ -12,6 +12,7 @@ from .kv import KVPool
 from .loop import DraftPrompt, Drafters, speculative_generate
 from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name, return_free_memory
 from .policy import Policy
+from .precision import real_sized
 from .protocol import Health, Prompt
 from .quantize import QuantizeError, check_quantize
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
@@ -50,6 +51,8 @@ class LocalEngine:
         kw = dict(device=config.device, dtype=config.dtype, trust_remote_code=config.trust_remote_code,
                   lean_only=config.lean, quantize=config.quantize)
         self.target = load_model(config.target, "target", device_map=config.device_map, **kw)
+        if real_sized(self.target.parameters):    # before its forward measures kernels at a thread count
+            set_threads(config.threads, config.device, real_sized=True)
         self.pool = self._pool(self.target)
         self.draft: LoadedModel | None = None
         self.draft_pool: KVPool | None = None

@@ -39,6 +39,7 @@ class LoadedModel:
     vocab: TokenVocab
     device: torch.device
     precision: str = ""     # the dtype it computes in and why (engine/precision.py)
+    parameters: int = 0     # values in its weights (0: not counted)
 
     @property
     def max_positions(self) -> int | None:
@@ -151,9 +152,10 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     # a lean checkpoint's config and tokenizer are read without transformers (seconds of imports)
     config = lite_config(folder) if lean_checkpoint and weight_files(folder) and \
         os.path.isfile(os.path.join(folder, "tokenizer.json")) else None
-    model = weights = vocab = None
+    model = weights = vocab = parameters = None
     if config is not None:
-        precision = choose_dtype(dtype, dev, checkpoint_dtype(folder, config), 4 * checkpoint_numel(folder))
+        parameters = checkpoint_numel(folder)
+        precision = choose_dtype(dtype, dev, checkpoint_dtype(folder, config), 4 * parameters)
         quantized = quantize if dev.type == "cpu" else "none"
         with ThreadPoolExecutor(1) as pool:
             weights = pool.submit(_checkpoint_model, folder, config, precision.dtype, dev, quantized, name, role)
@@ -171,11 +173,13 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     if model is None:
         stored = checkpoint_dtype(folder or path, config)
         model, precision = _transformers_model(path, kw, config, name, role, dev, dtype, stored, device_map)
+        parameters = sum(p.numel() for p in model.parameters())
     model.eval()
     model.requires_grad_(False)
     log.info("loaded %s model %s on %s in %s", role, name, dev, precision.reason)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer, vocab=vocab or build_vocab(tokenizer),
-                       device=next(model.parameters()).device, precision=precision.reason)
+                       device=next(model.parameters()).device, precision=precision.reason,
+                       parameters=parameters)
 
 
 def _checkpoint_model(folder, config, dtype, dev, quantize, name, role):

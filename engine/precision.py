@@ -21,6 +21,11 @@ from .cpu import native_16bit
 # reading the weights, and 16-bit weights pay. The shipped target is 16 MB in float32.
 SMALL_MODEL_BYTES = 256 * 2**20
 
+
+def real_sized(parameters: int) -> bool:
+    """Whether a model of this many weights is real-sized (its decode step bound by memory)."""
+    return 4 * parameters > SMALL_MODEL_BYTES
+
 _SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _CONFIG_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

@@ -24,7 +24,7 @@ class EngineConfig:
     device_map: str | None = None  # "auto": spread a target larger than one device (accelerate)
     max_cache_tokens: int = 8192  # KV budget of a model's sessions together; longer prompts are refused
     max_sessions: int = 4         # KV sessions kept per model (e.g. one per open document)
-    threads: int = 0              # torch CPU threads; 0 = auto (half the cores on CPU, at most 8)
+    threads: int = 0              # torch CPU threads; 0 = auto (engine/threads.py)
     heal: bool = True             # token healing for a draft with another tokenizer
     lean: bool = True             # lean forward for Llama/Qwen2/GPTBigCode (False: transformers forward)
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)

@@ -1,19 +1,38 @@
 """How many CPU threads torch may use."""
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 
+log = logging.getLogger("specfill.engine")
 
-def set_threads(threads: int, device: str) -> None:
-    """Completion models are small: past a few threads, OpenMP synchronisation costs more than
-    it gains, and on a busy machine an oversubscribed pool is far slower. Auto (threads <= 0)
-    leaves half the cores, at most 8 used, to everything else."""
+# torch's own count when this module is imported: the machine's physical cores
+STARTUP_THREADS = torch.get_num_threads()
+MAX_THREADS = 8
+_auto_threads = 0    # the most threads auto has chosen in this process
+
+
+def set_threads(threads: int, device: str, real_sized: bool = False) -> None:
+    """`threads` > 0 is used as it is. Auto (threads <= 0) depends on the model: a real-sized
+    one (engine/precision.py) reads every weight once a decode step, and more threads read them
+    faster, so it gets the physical cores (at most MAX_THREADS). A small model's products are too
+    small to share: past a few threads synchronisation costs more than it gains, and on a busy
+    machine an oversubscribed pool is far slower, so it gets half the cores. One process may
+    hold several engines (completions, next edits): auto never lowers what an earlier one chose.
+    OMP_NUM_THREADS, where set, is the user's choice and stays."""
+    global _auto_threads
     if threads <= 0:
         if os.environ.get("OMP_NUM_THREADS"):
             return  # the user chose; torch read it at start-up
         if device not in ("auto", "cpu") or (device == "auto" and torch.cuda.is_available()):
             return
-        threads = min(8, max(1, (os.cpu_count() or 2) // 2))
+        half = max(1, (os.cpu_count() or 2) // 2)   # of the logical cores
+        wanted = STARTUP_THREADS if real_sized else half
+        threads = max(_auto_threads, min(MAX_THREADS, wanted))
+        if threads != _auto_threads:
+            log.info("CPU threads: %d (%s)", threads, "a real-sized model: the physical cores, at most 8" if real_sized
+                     else "small models: half the cores")
+        _auto_threads = threads
     torch.set_num_threads(threads)

@@ -393,6 +393,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def target_is_real_sized(target: str) -> bool:
+    """Whether the server's engine counts `target` real-sized (engine/threads.py gives it the
+    physical cores); False for a URL or a model whose weights are not on this machine."""
+    from engine.checkpoint import checkpoint_numel
+    from engine.models import ModelLoadError, local_folder, resolve_name
+    from engine.precision import real_sized
+
+    try:
+        folder = local_folder(resolve_name(target, "target"))
+    except (ModelLoadError, ValueError):    # the demo pair missing; a URL is no hub id
+        return False
+    return folder is not None and real_sized(checkpoint_numel(folder))
+
+
 def machine_description(words: str = "") -> str:
     import torch
 
@@ -420,7 +434,7 @@ def run(args, argv: list[str]) -> int:
     settings = server_settings(args.target, args.draft, args.device, args.dtype, args.set)
     # generate() here runs with the same thread policy as the server's engine
     from engine.threads import set_threads
-    set_threads(args.threads, "auto")
+    set_threads(args.threads, "auto", real_sized=target_is_real_sized(args.target))
     args.out.mkdir(parents=True, exist_ok=True)
     env = server_env(args.threads)
     n_requests = sum(1 for s in scripts for k in s.keystrokes if k.request)

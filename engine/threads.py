@@ -14,12 +14,19 @@ MAX_THREADS = 8
 _auto_threads = 0    # the most threads auto has chosen in this process
 
 
+def usable_cores() -> int:
+    """The logical cores this process may run on (its CPU affinity, where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 2
+
+
 def set_threads(threads: int, device: str, real_sized: bool = False) -> None:
     """`threads` > 0 is used as it is. Auto (threads <= 0) depends on the model: a real-sized
     one (engine/precision.py) reads every weight once a decode step, and more threads read them
-    faster, so it gets the physical cores (at most MAX_THREADS). A small model's products are too
+    faster, so it gets the physical cores it may run on (at most MAX_THREADS). A small model's products are too
     small to share: past a few threads synchronisation costs more than it gains, and on a busy
-    machine an oversubscribed pool is far slower, so it gets half the cores. One process may
+    machine an oversubscribed pool is far slower, so it gets half of them. One process may
     hold several engines (completions, next edits): auto never lowers what an earlier one chose.
     OMP_NUM_THREADS, where set, is the user's choice and stays."""
     global _auto_threads
@@ -28,8 +35,8 @@ def set_threads(threads: int, device: str, real_sized: bool = False) -> None:
             return  # the user chose; torch read it at start-up
         if device not in ("auto", "cpu") or (device == "auto" and torch.cuda.is_available()):
             return
-        half = max(1, (os.cpu_count() or 2) // 2)   # of the logical cores
-        wanted = STARTUP_THREADS if real_sized else half
+        cores = usable_cores()
+        wanted = min(STARTUP_THREADS, cores) if real_sized else max(1, cores // 2)
         threads = max(_auto_threads, min(MAX_THREADS, wanted))
         if threads != _auto_threads:
             log.info("CPU threads: %d (%s)", threads, "a real-sized model: the physical cores, at most 8" if real_sized

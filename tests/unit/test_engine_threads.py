@@ -14,7 +14,7 @@ def machine(monkeypatch):
     """A machine of 4 logical cores whose torch started with 4 threads; auto's choice so far and
     torch's thread count put back afterwards."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
     monkeypatch.setattr(threads, "STARTUP_THREADS", 4)
     monkeypatch.setattr(threads, "_auto_threads", 0)
     before = torch.get_num_threads()
@@ -33,9 +33,15 @@ def test_auto_gives_small_models_half_the_cores_and_a_real_sized_one_all(machine
     assert torch.get_num_threads() == 1
 
 
+def test_auto_takes_no_more_than_the_usable_cores(machine):
+    machine.setattr(threads, "usable_cores", lambda: 3)    # e.g. taskset to 3 of the 4 cores
+    set_threads(0, "cpu", real_sized=True)
+    assert torch.get_num_threads() == 3
+
+
 def test_auto_takes_at_most_eight_threads(machine):
     machine.setattr(threads, "STARTUP_THREADS", 32)
-    machine.setattr(threads.os, "cpu_count", lambda: 64)
+    machine.setattr(threads, "usable_cores", lambda: 64)
     set_threads(0, "cpu", real_sized=True)
     assert torch.get_num_threads() == 8
 

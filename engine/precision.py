@@ -26,6 +26,7 @@ def real_sized(parameters: int) -> bool:
     """Whether a model of this many weights is real-sized (its decode step bound by memory)."""
     return 4 * parameters > SMALL_MODEL_BYTES
 
+
 _SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _CONFIG_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

@@ -6,11 +6,12 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
+from .checkpoint import return_free_memory
 from .drafters import CopyDrafter, DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter, datastore
 from .drafters.documents import DOCUMENT, OPEN_DOCUMENTS, BlockIndex, LookupText
 from .kv import KVPool
 from .loop import DraftPrompt, Drafters, speculative_generate
-from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name, return_free_memory
+from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
 from .policy import Policy
 from .precision import real_sized
 from .protocol import Health, Prompt

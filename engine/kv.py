@@ -52,7 +52,6 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 
 class Forward(Protocol):
     """Runs new tokens through a model on top of the cache it holds."""
-    supports_tree: bool     # whether `tree` and `keep_path` are there (the lean forward only)
 
     def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         """Append `new_ids` to the cache; float logits [n_logits, V] for the last n_logits of
@@ -63,13 +62,6 @@ class Forward(Protocol):
 
     def reset(self) -> None:
         """Drop the cache and its memory."""
-
-    def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
-        """Score a draft tree (engine/tree.py) whose nodes are `new_ids`, the first one its root:
-        logits [nodes, V]. Afterwards the cache holds the root and keep_path adds the accepted nodes."""
-
-    def keep_path(self, nodes: list[int]) -> None:
-        """After `tree`: append the cached nodes `nodes` (the accepted path below the root)."""
 
     def held(self) -> int:
         """Tokens the cache's memory holds room for now."""
@@ -86,10 +78,7 @@ def cache_argument(model: torch.nn.Module) -> str:
 
 
 class TransformersForward:
-    """The model's own forward with a transformers DynamicCache: every architecture. Chains
-    only: the engine never builds a draft tree for it (a tree would need each architecture's
-    4D-mask and position handling, and moving entries inside each cache layout)."""
-    supports_tree = False
+    """The model's own forward with a transformers DynamicCache: every architecture."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device):
         self.model, self.device = model, device
@@ -179,32 +168,6 @@ class KVSession:
         self.forward_calls += 1
         self.forward_ms += (time.perf_counter() - t0) * 1000
         return logits
-
-    @property
-    def supports_tree(self) -> bool:
-        return self.forward.supports_tree
-
-    def advance_tree(self, seq: list[int], tree) -> torch.Tensor:
-        """Score a draft tree rooted at seq[-1] (tree.tokens[0]) in one pass: logits [nodes, V]
-        (logits[i] predicts the token after node i). The cache then holds `seq`: call keep_path
-        with the accepted nodes before anything else."""
-        self.sync(seq[:-1])
-        self._room(len(self.ids) + len(tree.tokens))
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            logits = self.forward.tree(tree.tokens, tree.depths, tree.ancestors())
-        self.ids.append(seq[-1])
-        self.forward_calls += 1
-        self.forward_ms += (time.perf_counter() - t0) * 1000
-        return logits
-
-    def keep_path(self, tree, path: list[int]) -> None:
-        """Keep the accepted nodes `path` of the last advance_tree in the cache (moved into place,
-        not computed again); the other branches are dropped."""
-        if path:
-            with torch.inference_mode():
-                self.forward.keep_path(path)
-            self.ids.extend(tree.tokens[i] for i in path)
 
     def sync(self, ids: list[int]) -> tuple[int, int]:
         """Make the cache hold exactly `ids`. Returns (reused, computed) token counts."""

@@ -7,7 +7,7 @@ sliced, weights looked up once, fused maps (engine/matmul.py), rope on queries a
 in place, one cache tensor for all layers, and past the last layer's keys and values only the
 rows whose logits are wanted. Any other architecture or an unusual config runs the transformers
 forward (`lean_unsupported` says why). StaticLeanForward runs the same layers at fixed shapes
-for CUDA graphs; `TreeLayout` lets the new tokens form a draft tree (engine/tree.py).
+for CUDA graphs.
 """
 from __future__ import annotations
 
@@ -78,23 +78,6 @@ class LeanKV:
         """The first n tokens' keys and values, every layer: [layers, 2, kv_heads, n, head_dim]."""
         return self.data[:, :, :, :n]
 
-    def keep(self, dest: int, sources: list[int]) -> None:
-        """Move the keys and values at positions `sources` (ascending, each >= its new place)
-        to dest, dest + 1, ...; the cache then ends there. After a tree pass this keeps the
-        accepted path and drops the other branches, without computing anything again."""
-        if sources != list(range(dest, dest + len(sources))):
-            idx = torch.tensor(sources, device=self.data.device)
-            self.data[:, :, :, dest:dest + len(sources)] = self.data.index_select(3, idx)
-        self.length = dest + len(sources)
-
-
-@dataclass
-class TreeLayout:
-    """New tokens that form a tree rather than a chain (engine/tree.py): each sits at the
-    position of its depth below the first one and sees the cache and its own ancestors only."""
-    depths: torch.Tensor      # [n] long, 0 for the root
-    ancestors: torch.Tensor   # [n, n] bool: row i is True at i and at i's ancestors
-
 
 class _Positions:
     """Tables indexed by position, grown by doubling and sliced per call: the causal-mask band
@@ -131,12 +114,9 @@ class _Positions:
             self.sin = sin.to(dtype)[:, None, :]
         self.capacity = cap
 
-    def mask(self, past: int, n: int, device, tree: TreeLayout | None = None) -> torch.Tensor | None:
+    def mask(self, past: int, n: int, device) -> torch.Tensor | None:
         """[n, past + n] in the band's dtype: 0 where a new token may attend, -inf elsewhere
         (None for one token)."""
-        if tree is not None:    # every node sees the cache, and of the new tokens its ancestors
-            return _additive(torch.cat([tree.ancestors.new_ones(n, past), tree.ancestors], dim=1),
-                             self.band.dtype)
         if n == 1:
             return None  # one new token may attend to everything before it
         if n > MASK_BAND_WIDTH:
@@ -169,28 +149,27 @@ def _attend(q: torch.Tensor, kv: LeanKV, layer: int, end: int, mask, scale: floa
 
 class _SliceStep:
     """Where one dynamic pass puts the new tokens: cache slots [start, end), attention over the
-    first `end` slots, positions `where` (a slice, or a tensor of depths for a tree).
+    first `end` slots, positions `where`.
 
     A prefill on a CPU attends in blocks of MASK_BAND_WIDTH new tokens, each over the slots up
     to its own last token: torch's CPU attention computes every masked-out score of a call, so
     one call would compute about twice the scores a causal prefill needs. CUDA kernels get the
     whole mask in one call."""
-    __slots__ = ("kv", "positions", "start", "end", "where", "mask", "blocks", "chain")
+    __slots__ = ("kv", "positions", "start", "end", "where", "mask", "blocks")
 
-    def __init__(self, kv: LeanKV, positions: _Positions, ids: torch.Tensor, dtype, tree: TreeLayout | None):
+    def __init__(self, kv: LeanKV, positions: _Positions, ids: torch.Tensor, dtype):
         n = ids.shape[0]
         self.kv, self.positions = kv, positions
         self.start, self.end = kv.length, kv.length + n
         kv.reserve(self.end)
         positions.ensure(self.end, dtype, ids.device)
-        self.where = slice(self.start, self.end) if tree is None else self.start + tree.depths
-        self.chain = tree is None
+        self.where = slice(self.start, self.end)
         self.blocks = None    # (first row, end row, its mask) for each block of a CPU prefill
-        if tree is None and n > MASK_BAND_WIDTH and ids.device.type == "cpu":
+        if n > MASK_BAND_WIDTH and ids.device.type == "cpu":
             ends = [min(n, a + MASK_BAND_WIDTH) for a in range(0, n, MASK_BAND_WIDTH)]
             self.blocks = [(a, b, positions.mask(self.start + a, b - a, ids.device))
                            for a, b in zip([0] + ends[:-1], ends)]
-        self.mask = None if self.blocks else positions.mask(self.start, n, ids.device, tree)
+        self.mask = None if self.blocks else positions.mask(self.start, n, ids.device)
 
     def write(self, layer: int, new_kv: torch.Tensor) -> None:
         self.kv.slots[layer][:, :, self.start:self.end] = new_kv.permute(1, 2, 0, 3)
@@ -203,11 +182,11 @@ class _SliceStep:
 
     def first_needed(self, rows: slice) -> int:
         """The first new token whose last layer must go on past its keys and values: the first
-        of `rows` (those whose logits are wanted, up to the last one). 0, every token, for a
-        tree or for more rows than the mask band holds."""
+        of `rows` (those whose logits are wanted, up to the last one). 0, every token, for more
+        rows than the mask band holds."""
         n = self.end - self.start
         first = rows.indices(n)[0]
-        return first if self.chain and rows.stop is None and n - first <= MASK_BAND_WIDTH else 0
+        return first if rows.stop is None and n - first <= MASK_BAND_WIDTH else 0
 
     def attend_rows(self, layer: int, q: torch.Tensor, scale: float, first: int) -> torch.Tensor:
         """`attend` for the new tokens from `first` on (q holds theirs only)."""
@@ -260,8 +239,8 @@ class _LeanBase:
     def linears(self) -> list[Linear]:
         return [m for layer in self.layers for m in layer.maps()] + [self.lm_head]
 
-    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int, tree: TreeLayout | None = None) -> torch.Tensor:
-        step = _SliceStep(kv, self.positions, ids, self.compute_dtype, tree)
+    def __call__(self, ids: torch.Tensor, kv: LeanKV, n_logits: int) -> torch.Tensor:
+        step = _SliceStep(kv, self.positions, ids, self.compute_dtype)
         logits = self.run(ids, step, slice(-n_logits, None))
         kv.length = step.end
         return logits
@@ -563,15 +542,12 @@ class LeanForward:
     """A lean model and its preallocated cache: one of the two forwards a KV session runs
     (engine/kv.py has the other one and their interface, `Forward`)."""
 
-    supports_tree = True
-
     def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device, limit: int | None = None):
         """`limit`: the most tokens the cache will hold (it grows up to it, never past it)."""
         self.lean = lean
         self.dtype, self.device = dtype, device
         self.limit = limit
         self.cache: LeanKV | None = None
-        self.tree_root = 0    # where the last tree pass put its root
         # Every id once, on the device: a one-token step takes a slice of it instead of building
         # a tensor from a list (and, on a GPU, copying it from the host).
         self.token_ids = torch.arange(lean.model.get_input_embeddings().weight.shape[0], device=device)
@@ -597,20 +573,6 @@ class LeanForward:
     def held_after(self, total: int) -> int:
         capacity = self.cache.capacity if self.cache is not None else 0
         return capacity if total <= capacity else _grown(capacity, total, limit=self.limit)
-
-    def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
-        if self.cache is None:
-            self.cache = self._new_cache()
-        x = long_tensor(new_ids, self.device)
-        layout = TreeLayout(long_tensor(depths, self.device), ancestors.to(self.device))
-        self.tree_root = self.cache.length
-        logits = _float_rows(self.lean(x, self.cache, len(new_ids), layout))
-        self.cache.length = self.tree_root + 1    # the root; keep_path brings back the accepted nodes
-        return logits
-
-    def keep_path(self, nodes: list[int]) -> None:
-        root = self.tree_root
-        self.cache.keep(root + 1, [root + i for i in nodes])
 
     def crop(self, length: int) -> None:
         self.cache.length = length   # the next call overwrites what lies past `length`
@@ -674,15 +636,13 @@ class StaticLeanForward:
     that holds the call's rows, so a step's attention reads at most about twice the cache
     length, as the dynamic forward's does once. What depends on the cache length comes in as
     device tensors, [3, width] longs (ids, the slot each row writes, its position) and the
-    [width, width] ancestor mask; the mask over the span is built from them on the device: a
-    row sees the slots before the first new token and the slots of its ancestors (for a chain,
-    the earlier rows).
+    [width, width] causal mask of the new rows; the mask over the span is built from them on the
+    device: a row sees the slots before the first new token and the slots of the rows up to its
+    own.
 
     On a CPU it costs more than LeanForward; with `cuda_graphs` (CUDA only) each (width, span)
     is captured once, on its first call, and replayed after (wider calls run eagerly). The
-    Python side keeps the cache length (crop, tree and keep_path work as in LeanForward)."""
-
-    supports_tree = True
+    Python side keeps the cache length (crop works as in LeanForward)."""
 
     def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device, capacity: int,
                  cuda_graphs: bool = False):
@@ -694,7 +654,6 @@ class StaticLeanForward:
         self.slots = -(-(capacity + STATIC_WIDTHS[-1]) // 64) * 64
         self.groups = lean.heads // lean.kv_heads
         self.cache: LeanKV | None = None
-        self.tree_root = 0
         self.graphs: dict[tuple[int, int], _GraphedPass] | None = {} if cuda_graphs else None
         self.graph_pool = None
 
@@ -716,15 +675,16 @@ class StaticLeanForward:
             span *= 2
         return min(span, self.slots)
 
-    def _inputs(self, new_ids: list[int], depths: list[int], width: int) -> torch.Tensor:
+    def _inputs(self, new_ids: list[int], width: int) -> torch.Tensor:
         """[3, width] longs on the host: ids, the slot each row writes, its position. Padding
         rows: id 0, the slots after the real rows, the position of the first new token."""
         start, pad = self.cache.length, width - len(new_ids)
         return torch.tensor([new_ids + [0] * pad, list(range(start, start + width)),
-                             [start + d for d in depths] + [start] * pad])
+                             list(range(start, start + len(new_ids))) + [start] * pad])
 
     def _chain(self, width: int) -> torch.Tensor:
-        """Ancestors of a chain: every earlier row (padding rows come last, so no real row sees one)."""
+        """Which new rows each row sees: itself and the earlier ones (padding rows come last, so
+        no real row sees one)."""
         if width not in self.chains:
             self.chains[width] = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
         return self.chains[width]
@@ -739,8 +699,7 @@ class StaticLeanForward:
         step = _IndexedStep(self.cache, self.positions, write_at, where, mask, span)
         return self.lean.run(ids, step, rows)
 
-    def _run(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor | None,
-             n_logits: int) -> torch.Tensor:
+    def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
         if self.cache is None:
             self._allocate()
         n, start = len(new_ids), self.cache.length
@@ -748,13 +707,8 @@ class StaticLeanForward:
             raise ValueError(f"{start + n} tokens exceed the static cache's {self.capacity}")
         width = static_width(n)
         span = self._span(start + width)
-        inputs = self._inputs(new_ids, depths, width)
-        if ancestors is None:
-            ancestors = self._chain(width)
-        elif width > n:   # a tree: padding rows see themselves only
-            padded = torch.eye(width, dtype=torch.bool)
-            padded[:n, :n] = ancestors
-            ancestors = padded
+        inputs = self._inputs(new_ids, width)
+        ancestors = self._chain(width)
         first = n - min(n_logits, n)
         if self.graphs is not None and width in STATIC_WIDTHS:
             graph = self.graphs.get((width, span))
@@ -772,19 +726,6 @@ class StaticLeanForward:
             rows = _float_rows(self._pass(inputs, ancestors, span, slice(first, n)))
         self.cache.length = start + n
         return rows
-
-    def __call__(self, new_ids: list[int], n_logits: int) -> torch.Tensor:
-        return self._run(new_ids, list(range(len(new_ids))), None, n_logits)
-
-    def tree(self, new_ids: list[int], depths: list[int], ancestors: torch.Tensor) -> torch.Tensor:
-        self.tree_root = self.cache.length if self.cache is not None else 0
-        logits = self._run(new_ids, depths, ancestors.cpu(), len(new_ids))
-        self.cache.length = self.tree_root + 1
-        return logits
-
-    def keep_path(self, nodes: list[int]) -> None:
-        root = self.tree_root
-        self.cache.keep(root + 1, [root + i for i in nodes])   # in place: graphs keep their pointers
 
     def crop(self, length: int) -> None:
         self.cache.length = length

@@ -1,15 +1,14 @@
 """Speculative decoding, a round at a time.
 
 A round: the free drafters propose (prompt lookup, the datastore, the copy of a rewritten
-region); the policy plans which chains the target verifies, none, one or two (engine/policy.py);
-the draft model drafts if planned; the chains become one tree below the sequence's last token (a
-chain is a tree with one leaf, engine/tree.py), which the target scores in one pass; the
-verification rule accepts a path and adds the target's own next token (engine/sampling.py); the
-policy and the stats observe; the tokens are emitted. Every rule keeps the output exactly the
-target's own.
+region); the policy plans the chain the target verifies, if any (engine/policy.py); the draft
+model drafts if planned; the target scores the sequence's last token and the chain in one pass;
+the verification rule accepts a prefix of the chain and adds the target's own next token
+(engine/sampling.py); the policy and the stats observe; the tokens are emitted. Every rule keeps
+the output exactly the target's own.
 Invariant: the last token of `seq` is never in the target's cache yet, so every round computes
-exactly the tree's nodes. The prefill computes the whole prompt when it has a pass to make anyway,
-and its last logits give the first token before any drafting.
+exactly that token and the chain. The prefill computes the whole prompt when it has a pass to
+make anyway, and its last logits give the first token before any drafting.
 """
 from __future__ import annotations
 
@@ -24,9 +23,8 @@ from .drafters import CopyDrafter, DatastoreDrafter, Draft, Drafter, LookupDraft
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
 from .models import LoadedModel
 from .policy import Plan, Policy
-from .sampling import greedy_ids, sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare, verify_tree
+from .sampling import greedy_ids, sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
-from .tree import DraftTree, build_tree
 from .vocab import decode_bytes
 
 DraftPrompt = list[int] | Callable[[], list[int]] | None   # the draft model's own prompt, or how to build it
@@ -60,7 +58,7 @@ class Round:
     """What a round proposed and verifies."""
     plan: Plan
     offers: dict[str, Draft]            # the free proposals by drafter, cut before a decided stop
-    chains: list[Chain] = field(default_factory=list)
+    chain: Chain | None = None          # the chain verified, if any
     model: Draft | None = None          # the draft model's proposal, when it drafted
     model_ms: float = 0.0
     begin_ms: float | None = None       # the draft model's prefill, when this round began it
@@ -105,8 +103,8 @@ def cut_before_stop(tokens: list[int], gen_bytes: bytes, vocab, stop_check: Stop
 
 
 def propose(d: Decoding, policy: Policy, settings: GenerationSettings, sampling: Sampling, room: int,
-            tree_ok: bool, stats: GenerationStats) -> Round:
-    """The free proposals (each up to its drafter's `longest`), the plan, and the chains it asks
+            stats: GenerationStats) -> Round:
+    """The free proposals (each up to its drafter's `longest`), the plan, and the chain it asks
     for; `room`: the draft tokens the answer still has room for."""
     t0 = time.perf_counter()
     offers, max_k = {}, min(MAX_DRAFT_LENGTH, room)
@@ -118,15 +116,14 @@ def propose(d: Decoding, policy: Policy, settings: GenerationSettings, sampling:
         offers[drafter.name] = replace(draft, tokens=kept)
     has_model = d.drafters.model is not None
     if settings.draft_length == "auto":
-        plan = policy.plan(offers, has_model, d.model_begun, max_k, tree_ok)
+        plan = policy.plan(offers, has_model, d.model_begun, max_k)
     else:
         plan = policy.plan_fixed(offers, has_model, min(int(settings.draft_length), max_k))
     stats.plan_ms += (time.perf_counter() - t0) * 1000
     r = Round(plan, offers)
-    for name, k in plan.chains:
-        chain = Chain(name, offers[name].tokens[:k], k) if name != "model" else draft_model(d, r, k, sampling, stats)
-        if chain is not None:
-            r.chains.append(chain)
+    if plan.chain is not None:
+        name, k = plan.chain
+        r.chain = Chain(name, offers[name].tokens[:k], k) if name != "model" else draft_model(d, r, k, sampling, stats)
     return r
 
 
@@ -155,51 +152,39 @@ def draft_model(d: Decoding, r: Round, k: int, sampling: Sampling, stats: Genera
                  draft.q[:len(tokens)] if draft.q is not None else None)
 
 
-def score(session: KVSession, seq: list[int], tree: DraftTree) -> torch.Tensor:
-    """One target pass over [last, *chain], or over the tree rooted at last."""
-    if tree.leaves == 1:
-        chain = tree.longest_chain()
-        return session.advance(seq + chain, n_logits=len(chain) + 1)
-    return session.advance_tree(seq, tree)
-
-
-def verify(tree: DraftTree, chains: list[Chain], logits: torch.Tensor, session: KVSession,
-           settings: GenerationSettings, gen: torch.Generator | None) -> tuple[list[int], int]:
+def verify(chain: Chain | None, logits: torch.Tensor, settings: GenerationSettings,
+           gen: torch.Generator | None) -> tuple[list[int], int]:
     """(the accepted draft tokens, the target's own next token), by the rule that keeps the output
-    the target's: greedy agreement, rejection sampling with the draft model's q (a chain of its
-    alone), or sample-and-compare; a tree is walked down while the target's own token is a child,
-    and its accepted path stays in the target's cache."""
-    greedy = settings.temperature <= 0
-    p = None if greedy else target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
-    if tree.leaves > 1:
-        path, bonus = verify_tree(tree, logits, p, gen)
-        session.keep_path(tree, path)
-        return [tree.tokens[i] for i in path], bonus
-    chain = tree.longest_chain()
-    q = next((c.q for c in chains if c.q is not None and c.tokens == chain), None)
-    if greedy:
-        n, bonus = verify_greedy(chain, logits)
-    elif q is not None and chain:
+    the target's: greedy agreement, rejection sampling with the draft model's q, or
+    sample-and-compare."""
+    tokens = chain.tokens if chain is not None else []
+    if settings.temperature <= 0:
+        n, bonus = verify_greedy(tokens, logits)
+        return tokens[:n], bonus
+    p = target_probs(logits, settings.temperature, settings.top_k, settings.top_p)
+    q = chain.q if chain is not None else None
+    if q is not None and tokens:
         if q.shape[-1] != p.shape[-1]:  # vocabulary padding differs: align the supports
             q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))[:, :p.shape[-1]]
-        n, bonus = verify_rejection(chain, q, p, gen)
+        n, bonus = verify_rejection(tokens, q, p, gen)
     else:
-        n, bonus = verify_sample_compare(chain, p, gen)
-    return chain[:n], bonus
+        n, bonus = verify_sample_compare(tokens, p, gen)
+    return tokens[:n], bonus
 
 
-def observe(r: Round, tree: DraftTree, accepted: list[int], bonus: int, verify_ms: float, policy: Policy,
+def observe(r: Round, accepted: list[int], bonus: int, verify_ms: float, policy: Policy,
             stats: GenerationStats) -> None:
     """What the round taught the policy, in the call's stats: every free proposal against what the
-    target wrote, verified or not; each chain verified by the positions it reached; the costs."""
+    target wrote, verified or not; the chain verified by the positions it reached; the costs."""
     written = accepted + [bonus]
     for name, draft in r.offers.items():
         agreed = policy.observe_free(name, draft, written)
         if draft.tokens:
             for counts in (stats.counts(name), stats.source(draft.source)):
                 counts.add(proposals=1, proposed=len(draft.tokens), agreed=agreed)
-    for chain in r.chains:
-        n = common_prefix_len(accepted, chain.tokens)
+    chain = r.chain
+    if chain is not None:
+        n = len(accepted)
         stats.counts(chain.drafter).add(chains=1, drafted=len(chain.tokens), accepted=n)
         stats.count_positions(chain.drafter, chain.asked, n)
         if chain.drafter == "model":
@@ -209,12 +194,11 @@ def observe(r: Round, tree: DraftTree, accepted: list[int], bonus: int, verify_m
         stats.counts("model").add(proposals=1, proposed=len(r.model.tokens), passes=r.model.passes, ms=ms,
                                   agreed=common_prefix_len(r.model.tokens, written))
         stats.draft_ms += ms
-    width, two = len(tree.tokens), tree.leaves > 1
-    policy.observe_pass(width, verify_ms, two)
+    width = 1 + (len(chain.tokens) if chain is not None else 0)
+    policy.observe_pass(width, verify_ms)
     policy.count(r.plan)
     stats.rounds += 1
-    stats.rounds_by_drafter["+".join(c.drafter for c in r.chains) or "none"] += 1
-    stats.tree_passes += two
+    stats.rounds_by_drafter[chain.drafter if chain is not None else "none"] += 1
     stats.drafted += width - 1
     stats.accepted += len(accepted)
     stats.verify_ms += verify_ms
@@ -302,16 +286,16 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
                 reason = "time_budget"
             if reason is not None:
                 break
-            r = propose(d, policy, settings, sampling, max_new - len(d.out) - 1, session.supports_tree, stats)
-            tree = build_tree(d.seq[-1], [c.tokens for c in r.chains])
+            r = propose(d, policy, settings, sampling, max_new - len(d.out) - 1, stats)
+            chain = r.chain.tokens if r.chain is not None else []
             t1 = time.perf_counter()
             try:
-                logits = score(session, d.seq, tree)
+                logits = session.advance(d.seq + chain, n_logits=len(chain) + 1)
             except ContextTooLong:
                 reason = "context_full"
                 break
-            accepted, bonus = verify(tree, r.chains, logits, session, settings, gen)
-            observe(r, tree, accepted, bonus, (time.perf_counter() - t1) * 1000, policy, stats)
+            accepted, bonus = verify(r.chain, logits, settings, gen)
+            observe(r, accepted, bonus, (time.perf_counter() - t1) * 1000, policy, stats)
             reason = emit(d, accepted + [bonus], stops)
 
     for drafter in drafters.all():

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, return_free_memory, weight_files
+from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, weight_files
 from .kv import model_max_positions
 from .lean import lean_unsupported
 from .precision import checkpoint_dtype, choose_dtype

@@ -1,21 +1,18 @@
-"""What each round verifies: the chains, and how long, that give the most new tokens per
+"""What each round verifies: the chain, and how long, that gives the most new tokens per
 millisecond by what the engine has measured so far.
 
 A chain of k tokens whose i-th is accepted with probability p_i (given the ones before it were)
 yields E(k) = 1 + p_1 + p_1 p_2 + ... + p_1...p_k tokens (the target adds one of its own) and costs
-draft(k) + verify(k + 1) ms. Two chains verified in one tree pass (engine/tree.py), taken as
-independent, yield 1 + the sum over depths i of P(one of them holds to depth i). Each round weighs
-no draft (1 token for verify(1)), each free proposal (prompt lookup, the datastore: found before
-the plan, any prefix of it), the draft model at every k, and a tree of the best free proposal and
-the model's chain, and takes the best rate.
+draft(k) + verify(k + 1) ms. Each round weighs no draft (1 token for verify(1)), each free proposal
+(prompt lookup, the datastore, a copy: found before the plan, any prefix of it) and the draft model
+at every k, and takes the best rate.
 
 What it measures:
 - acceptance by position (`Acceptance`): the draft model's, and a free drafter's per source and
   bucket of match length (`key`). Unmeasured, a proposal that followed m matched ids is trusted
   m / (m + 1) at every position (the rule of succession), the draft model MODEL_PRIOR. Free
   proposals are scored every round against what the target wrote, verified or not.
-- verify(w), the target's cost to score w tokens in one pass (`VerifyCost`), and what a tree pass
-  costs beyond a chain pass of its width;
+- verify(w), the target's cost to score w tokens in one pass (`VerifyCost`);
 - the draft model's prefill (paid by the first round of a request that uses it), its first pass
   of a round (which catches up on the text written without it) and its further steps. It drafts
   once before anything is known of it, and again every PROBE_EVERY rounds it sits out.
@@ -38,7 +35,7 @@ MAX_JUMP = 4.0        # a cost measurement counts as at most this many times the
 PER_DOUBLING = 0.25   # VerifyCost's prior: each doubling of the width costs this share of verify(1) more
 CLIP = 1.0            # VerifyCost: a measurement's error counts as at most this many typical errors
 SPREAD_FLOOR = 0.05   # ... the typical error taken as at least this share of the fit
-_LOG2 = [0.0] + [math.log2(w) for w in range(1, MAX_COPY_LENGTH + MAX_DRAFT_LENGTH + 2)]   # widths of two chains
+_LOG2 = [0.0] + [math.log2(w) for w in range(1, max(MAX_COPY_LENGTH, MAX_DRAFT_LENGTH) + 2)]   # widths of a pass
 
 
 def bucket(match: int) -> int:
@@ -166,18 +163,9 @@ class VerifyCost:
 
 @dataclass(frozen=True)
 class Plan:
-    chains: tuple[tuple[str, int], ...] = ()   # (drafter, tokens) of each chain verified: none, one or two
-    rate: float = 0.0                           # expected new tokens per ms
-    probe: bool = False                         # the draft model measured again, not expected to pay
-
-
-class Offer:
-    """A free proposal as the plan weighs it: `reach` up to its length, the best k and its rate."""
-
-    def __init__(self, name: str, reach: list[float], v: list[float]):
-        self.name, self.reach, self.sums = name, reach, _sums(reach)
-        self.k = max(range(1, len(reach)), key=lambda k: (1 + self.sums[k]) / v[k + 1])
-        self.rate = (1 + self.sums[self.k]) / v[self.k + 1]
+    chain: tuple[str, int] | None = None   # (drafter, tokens) of the chain verified, or None: no draft
+    rate: float = 0.0                       # expected new tokens per ms
+    probe: bool = False                     # the draft model measured again, not expected to pay
 
 
 def _sums(reach: list[float]) -> list[float]:
@@ -193,7 +181,6 @@ class Policy:
     """Kept by the Engine across requests: what was measured on one request is where the next starts."""
     acceptance: dict = field(default_factory=dict)     # key -> Acceptance
     verify: VerifyCost = field(default_factory=VerifyCost)
-    tree_extra: Mean = field(default_factory=Mean)     # a tree pass beyond a chain pass of its width
     model_begin: Mean = field(default_factory=Mean)    # the draft model's prefill for a request
     model_first: Mean = field(default_factory=Mean)    # its first pass of a round
     model_step: Mean = field(default_factory=Mean)     # each further pass
@@ -210,62 +197,31 @@ class Policy:
             found = self.acceptance[name] = Acceptance(low / (low + 1) if low else MODEL_PRIOR)
         return found
 
-    def plan(self, offers: dict[str, Draft], model: bool, model_ready: bool, max_k: int,
-             tree_ok: bool) -> Plan:
+    def plan(self, offers: dict[str, Draft], model: bool, model_ready: bool, max_k: int) -> Plan:
         """The best round given the free proposals (`offers`, by drafter), whether there is a draft
-        model, whether it has begun this request (else its prefill is this round's) and whether
-        the target can verify a tree."""
+        model and whether it has begun this request (else its prefill is this round's)."""
         if max_k <= 0:
             return Plan()
-        v = self.verify.widths(2 + max_k + max([max_k, *(len(d.tokens) for d in offers.values())]))
-        best, partner = Plan((), 1 / v[1]), None
+        v = self.verify.widths(2 + max([max_k, *(len(d.tokens) for d in offers.values())]))
+        best = Plan(None, 1 / v[1])
         for name, draft in offers.items():
-            n = len(draft.tokens)
-            if n:
-                offer = Offer(name, self.estimate(name, draft).reach(n)[:n + 1], v)
-                if partner is None or offer.rate > partner.rate:
-                    partner = offer
-        if partner is not None and partner.rate > best.rate:
-            best = Plan(((partner.name, partner.k),), partner.rate)
+            if draft.tokens:
+                sums = _sums(self.estimate(name, draft).reach(len(draft.tokens))[:len(draft.tokens) + 1])
+                k = max(range(1, len(sums)), key=lambda k: (1 + sums[k]) / v[k + 1])
+                if (1 + sums[k]) / v[k + 1] > best.rate:
+                    best = Plan((name, k), (1 + sums[k]) / v[k + 1])
         if not model:
             return best
         if self.model_first.value is None:       # measure the draft model once first
-            return Plan((("model", min(4, max_k)),), 0.0, probe=True)
+            return Plan(("model", min(4, max_k)), 0.0, probe=True)
         fixed = (0.0 if model_ready else self.model_begin.value or 0.0) + self.model_first.value
         step = self.model_step.value if self.model_step.value is not None else self.model_first.value
-        m_reach = self.estimate("model").reach()[:max_k + 1]
-        m_sums = _sums(m_reach)
-        probe = self.since_model >= PROBE_EVERY
-        most = 1 + m_sums[max_k] + (partner.sums[-1] if partner else 0.0)
-        if not probe and most / (fixed + v[2]) <= best.rate:     # no model round can win
-            return best
-        rate = lambda k: (1 + m_sums[k]) / (fixed + (k - 1) * step + v[k + 1])  # noqa: E731
+        sums = _sums(self.estimate("model").reach()[:max_k + 1])
+        rate = lambda k: (1 + sums[k]) / (fixed + (k - 1) * step + v[k + 1])  # noqa: E731
         k = max(range(1, max_k + 1), key=rate)
-        found = Plan((("model", k),), rate(k))
-        if tree_ok and partner is not None:
-            tree = self._tree(partner, m_reach, fixed, step, v)
-            if tree.rate > found.rate:
-                found = tree
-        if found.rate > best.rate:
-            return found
-        return Plan(found.chains, found.rate, probe=True) if probe else best
-
-    def _tree(self, partner: Offer, m_reach: list[float], fixed: float, step: float, v: list[float]) -> Plan:
-        """The best tree of the free proposal (its whole length or its own best k) and a model
-        chain: E = 1 + sum L_i + sum M_i - sum L_i M_i over depths i, with L_i and M_i the chains'
-        products (0 past a chain's end)."""
-        l_reach, n, max_k = partner.reach, len(partner.reach) - 1, len(m_reach) - 1
-        extra = self.tree_extra.value or 0.0
-        m_sums = _sums(m_reach)
-        both = _sums([1.0] + [l_reach[i] * m_reach[i] for i in range(1, min(n, max_k) + 1)])
-        best = Plan()
-        for kl in {partner.k, n}:
-            for km in range(1, max_k + 1):
-                tokens = 1 + partner.sums[kl] + m_sums[km] - both[min(kl, km)]
-                rate = tokens / (fixed + (km - 1) * step + v[1 + kl + km] + extra)
-                if rate > best.rate:
-                    best = Plan(((partner.name, kl), ("model", km)), rate)
-        return best
+        if rate(k) > best.rate:
+            return Plan(("model", k), rate(k))
+        return Plan(("model", k), rate(k), probe=True) if self.since_model >= PROBE_EVERY else best
 
     @staticmethod
     def plan_fixed(offers: dict[str, Draft], model: bool, k: int) -> Plan:
@@ -275,8 +231,8 @@ class Policy:
         if k > 0 and found:      # (among equal matches the first drafter's: prompt lookup's)
             *_, name, n = max(found)
             if n >= k or not model:
-                return Plan(((name, min(k, n)),))
-        return Plan((("model", k),)) if model and k > 0 else Plan()
+                return Plan((name, min(k, n)))
+        return Plan(("model", k)) if model and k > 0 else Plan()
 
     def observe_free(self, name: str, draft: Draft, written: list[int]) -> int:
         """A free proposal against what the round wrote; returns how many of its tokens agreed."""
@@ -298,25 +254,19 @@ class Policy:
         if draft.passes > 1:
             self.model_step.observe((ms - draft.first_ms) / (draft.passes - 1))
 
-    def observe_pass(self, width: int, ms: float, tree: bool) -> None:
-        """The target scored `width` tokens in `ms`, as a tree of two chains or as one chain."""
-        if self.frozen:
-            return
-        if not tree:
+    def observe_pass(self, width: int, ms: float) -> None:
+        """The target scored `width` tokens in `ms`."""
+        if not self.frozen:
             self.verify.observe(width, ms)
-        elif self.verify.seen:
-            chain = self.verify(width)
-            self.tree_extra.observe(max(0.0, min(ms - chain, chain)))
 
     def count(self, plan: Plan) -> None:
         self.rounds += 1
-        self.since_model = 0 if any(name == "model" for name, _ in plan.chains) else self.since_model + 1
+        self.since_model = 0 if plan.chain is not None and plan.chain[0] == "model" else self.since_model + 1
 
     def summary(self) -> dict:
         ms = lambda m: None if m.value is None else round(m.value, 3)  # noqa: E731
         return {"rounds": self.rounds, "since_model": self.since_model,
                 "verify_ms": {str(w): round(self.verify(w), 3) for w in (1, 2, 4, 8, 16, 32)},
-                "tree_extra_ms": ms(self.tree_extra),
                 "model": {"begin_ms": ms(self.model_begin), "first_ms": ms(self.model_first),
                           "step_ms": ms(self.model_step)},
                 "acceptance": {name: est.by_position() for name, est in self.acceptance.items()}}

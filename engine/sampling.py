@@ -4,8 +4,7 @@ Every rule here keeps the target's output exactly what it would be alone:
 greedy accepts the longest prefix agreeing with the target's argmax; rejection sampling
 (Leviathan et al. 2023) accepts x with min(1, p(x)/q(x)) and resamples from max(0, p - q);
 sample-and-compare (for drafts without a usable q: n-grams, another vocabulary) samples
-from p at each position and accepts the draft token only when it is the sampled one; a draft
-tree is walked the same way, descending while the target's token is a child.
+from p at each position and accepts the draft token only when it is the sampled one.
 """
 from __future__ import annotations
 
@@ -77,20 +76,3 @@ def verify_sample_compare(cand: list[int], p: torch.Tensor, gen) -> tuple[int, i
         if t != x:
             return i, t
     return len(cand), sample(p[len(cand)], gen)
-
-
-def verify_tree(tree, logits: torch.Tensor, probs: torch.Tensor | None, gen) -> tuple[list[int], int]:
-    """Walk a draft tree (engine/tree.py) from the root: at each node take the target's own
-    token (its argmax when `probs` is None, else a sample from probs[node]) and descend if it
-    is a child. Any tree is lossless this way: every output token is the target's own choice
-    given the tokens before it, exactly as in sequential decoding. logits/probs [nodes, V].
-    Returns (the accepted nodes below the root, the target's next token)."""
-    best = greedy_ids(logits) if probs is None else None
-    path, node = [], 0
-    while True:
-        t = best[node] if best is not None else sample(probs[node], gen)
-        child = tree.children.get((node, t))
-        if child is None:
-            return path, t
-        path.append(child)
-        node = child

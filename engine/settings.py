@@ -77,7 +77,7 @@ class GenerationStats:
     target_calls: int = 0       # target forward passes, prefill included
     draft_calls: int = 0        # draft forward passes
     rounds: int = 0             # draft-then-verify rounds
-    drafted: int = 0            # candidate tokens sent to the target for verification (a tree's every node)
+    drafted: int = 0            # draft tokens sent to the target for verification
     accepted: int = 0           # of those, accepted
     new_tokens: int = 0
     prefill_tokens: int = 0     # prompt tokens computed by the target
@@ -91,9 +91,8 @@ class GenerationStats:
     latency_ms: float = 0.0
     target_forward_ms: float = 0.0  # time inside target forward passes (prefill included)
     draft_forward_ms: float = 0.0   # time inside draft forward passes
-    # rounds by the drafters of the chains they verified: "none", a drafter's name, or two joined by "+"
+    # rounds by the drafter of the chain they verified, or "none"
     rounds_by_drafter: Counter = field(default_factory=Counter)
-    tree_passes: int = 0        # rounds that verified two chains that part, in one tree pass
     drafters: dict = field(default_factory=dict)    # drafter name -> DrafterCounts
     sources: dict = field(default_factory=dict)     # where free proposals were found -> their DrafterCounts
     policy: dict = field(default_factory=dict)      # the policy's estimates after the call

@@ -161,8 +161,7 @@ def longest_chain_at_least(stats: GenerationStats) -> int:
     """A lower bound on the most draft tokens one chain put to the target in a call, from its
     GenerationStats: a chain whose token i was accepted held i + 1 tokens or more
     (`by_position`), and some round verified at least the mean number of draft tokens of the
-    rounds that drafted (`drafted`, `rounds_by_drafter`), half of it where a round was a tree
-    of two chains (a kind naming two drafters)."""
+    rounds that drafted (`drafted`, `rounds_by_drafter`)."""
     deepest = 0
     for rec in stats.by_position.values():
         hit = [i for i, a in enumerate(rec["accepted"]) if a > 0]
@@ -172,8 +171,7 @@ def longest_chain_at_least(stats: GenerationStats) -> int:
     drafting = stats.rounds - by["none"]
     if not drafting:
         return deepest
-    chains_per_round = 2 if any("+" in kind and n for kind, n in by.items()) else 1
-    return max(deepest, math.ceil(stats.drafted / drafting / chains_per_round))
+    return max(deepest, math.ceil(stats.drafted / drafting))
 
 
 @dataclass
@@ -186,7 +184,6 @@ class DraftCounts:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    tree_passes: int = 0
     rounds_by_drafter: Counter = field(default_factory=Counter)
     drafted_by: Counter = field(default_factory=Counter)   # drafter -> tokens of its chains verified
     reached: Counter = field(default_factory=Counter)    # (drafter, position) -> chains that got there
@@ -199,7 +196,6 @@ class DraftCounts:
         self.rounds += stats.rounds
         self.drafted += stats.drafted
         self.accepted += stats.accepted
-        self.tree_passes += stats.tree_passes
         self.rounds_by_drafter.update(stats.rounds_by_drafter)
         self.drafted_by.update({name: c.drafted for name, c in stats.drafters.items()})
         for drafter, rec in stats.by_position.items():

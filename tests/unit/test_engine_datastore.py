@@ -139,7 +139,7 @@ def test_a_fixed_draft_length_takes_the_datastore_where_its_match_is_longer_than
 
     def taken(seq):
         offers = {d.name: d.propose(seq, b"", 3, None) for d in drafters}
-        (name, k), = Policy.plan_fixed(offers, model=False, k=3).chains
+        name, k = Policy.plan_fixed(offers, model=False, k=3).chain
         return offers[name].tokens[:k], offers[name].source, offers[name].match
     # the prompt holds no earlier 3: the datastore's proposal
     assert taken([0, 0, 3]) == ([4, 5, 6], "datastore", 1)

@@ -8,7 +8,7 @@ import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import LocalEngine, EngineConfig
-from engine.lean import MASK_BAND_WIDTH, LeanForward, TreeLayout, _Positions, long_tensor, make_lean
+from engine.lean import MASK_BAND_WIDTH, LeanForward, _Positions, long_tensor, make_lean
 from engine import rows16
 from engine.matmul import FP16, GEMV, NATIVE, ROW_CLASSES, ROWS, Kernels, choose_kernels, fp16_available, fp16_exact, use_kernels
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
@@ -215,7 +215,7 @@ def test_a_packed_map_takes_inputs_that_carry_gradients():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_attention_masks_are_additive_and_let_each_token_see_the_cache_and_itself(dtype):
     """What a pass hands attention: 0 where a new token may look (the cached tokens, the new ones
-    up to itself; in a tree, its ancestors), -inf elsewhere, in the model's dtype, for verify
+    up to itself), -inf elsewhere, in the model's dtype, for verify
     widths (the band) and prefills longer than it alike."""
     positions = _Positions(torch.ones(4))
     positions.ensure(400, dtype, torch.device("cpu"))
@@ -225,11 +225,6 @@ def test_attention_masks_are_additive_and_let_each_token_see_the_cache_and_itsel
         assert mask.dtype == dtype and mask.shape == (n, past + n)
         assert torch.equal(mask == 0, allowed) and bool(torch.isneginf(mask[~allowed]).all())
     assert positions.mask(9, 1, torch.device("cpu")) is None   # one token sees everything before it
-    ancestors = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=torch.bool)   # a root, two children
-    tree = TreeLayout(torch.tensor([0, 1, 1]), ancestors)
-    mask = positions.mask(4, 3, torch.device("cpu"), tree)
-    assert torch.equal(mask == 0, torch.cat([torch.ones(3, 4, dtype=torch.bool), ancestors], dim=1))
-    assert bool(torch.isneginf(mask[:, 4:][~ancestors]).all())
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama, 2 heads per kv head", "bigcode", "bigcode multi-head"])

@@ -1,6 +1,6 @@
 """The lean forward's static mode (StaticLeanForward: fixed shapes per width, for CUDA graphs)
 equals the dynamic lean forward and the transformers forward: prefill, every verify width 1-16
-(padded up to the static widths), after crops, trees, up to the cache's last slot; the engine's
+(padded up to the static widths), after crops, up to the cache's last slot; the engine's
 greedy speculative output through it equals target-alone output. CUDA graphs themselves need a
 GPU: on a CPU only their refusal is tested, and the graph tests at the end are skipped."""
 from pathlib import Path
@@ -10,9 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import LocalEngine, EngineConfig, GenerationSettings
-from engine.kv import KVPool, KVSession, TransformersForward
+from engine.kv import KVPool, TransformersForward
 from engine.lean import STATIC_WIDTHS, LeanForward, StaticLeanForward, make_lean, static_width
-from engine.tree import build_tree
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
@@ -91,32 +90,6 @@ def test_static_fills_its_cache_to_the_last_slot_and_no_further(kind):
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
-
-
-@pytest.mark.parametrize("graphs", [False, pytest.param(True, marks=CUDA)], ids=["cpu", "cuda-graphs"])
-@pytest.mark.parametrize("kind", ["llama", "bigcode"])
-def test_static_tree_equals_dynamic_tree(kind, graphs):
-    device = torch.device("cuda" if graphs else "cpu")
-    model = _model(kind).to(device)
-    lean = make_lean(model)
-    prompt = _ids(40)
-    # root 5 and two branches, 6 nodes (run at width 8); the second branch is accepted
-    tree = build_tree(5, [[7, 9, 10], [8, 12]])
-    results = []
-    for forward in (StaticLeanForward(lean, torch.float32, device, capacity=64, cuda_graphs=graphs),
-                    LeanForward(lean, torch.float32, device)):
-        session = KVSession(model, 64, forward)
-        session.sync(prompt)
-        logits = session.advance_tree(prompt + [5], tree)
-        path = [tree.tokens.index(8), tree.tokens.index(12)]
-        session.keep_path(tree, path)
-        after = session.append([11, 12, 13], n_logits=3)
-        results.append((logits, after, list(session.ids)))
-    (s_logits, s_after, s_ids), (d_logits, d_after, d_ids) = results
-    _close(s_logits, d_logits, "tree logits")
-    _close(s_after, d_after, "after keep_path")
-    assert s_ids == d_ids == prompt + [5, 8, 12, 11, 12, 13]
-    _close(s_after, _reference(model, s_ids)[-3:], "after keep_path vs transformers")
 
 
 @pytest.mark.parametrize("role", ["target", "draft"])

@@ -55,35 +55,35 @@ def test_a_chain_yields_the_expected_tokens_of_the_formula():
 def test_no_draft_when_the_draft_is_never_right():
     p = policy()
     observe_model(p, 4, 0)
-    assert p.plan({}, model=True, model_ready=True, max_k=16, tree_ok=True).chains == ()
+    assert p.plan({}, model=True, model_ready=True, max_k=16).chain is None
 
 
 def test_long_model_drafts_when_they_are_cheap_and_right():
     p = policy(step=0.1)
     observe_model(p, 8, 8)
-    (name, k), = p.plan({}, model=True, model_ready=True, max_k=16, tree_ok=True).chains
+    name, k = p.plan({}, model=True, model_ready=True, max_k=16).chain
     assert name == "model" and k >= 8
-    assert p.plan({}, model=True, model_ready=True, max_k=3, tree_ok=True).chains == (("model", 3),)
+    assert p.plan({}, model=True, model_ready=True, max_k=3).chain == ("model", 3)
 
 
 def test_an_expensive_draft_loses_to_plain_decoding():
     p = policy(verify_ms=1.0, per_token=0.01, step=5.0)
     observe_model(p, 4, 2)
-    assert p.plan({}, model=True, model_ready=True, max_k=16, tree_ok=True).chains == ()
+    assert p.plan({}, model=True, model_ready=True, max_k=16).chain is None
 
 
 def test_the_draft_models_prefill_counts_until_it_has_begun():
     p = policy(step=0.1)
     p.model_begin = Mean(200.0)
     observe_model(p, 8, 8)
-    assert p.plan({}, model=True, model_ready=False, max_k=16, tree_ok=True).chains == ()
-    assert p.plan({}, model=True, model_ready=True, max_k=16, tree_ok=True).chains[0][0] == "model"
+    assert p.plan({}, model=True, model_ready=False, max_k=16).chain is None
+    assert p.plan({}, model=True, model_ready=True, max_k=16).chain[0] == "model"
 
 
 def test_an_unmeasured_draft_model_is_tried_first_and_then_priced_by_its_passes():
     p = Policy()
-    plan = p.plan(lookup(5), model=True, model_ready=False, max_k=16, tree_ok=True)
-    assert plan.chains == (("model", 4),) and plan.probe
+    plan = p.plan(lookup(5), model=True, model_ready=False, max_k=16)
+    assert plan.chain == ("model", 4) and plan.probe
     p.observe_model(4, 2, Draft([1, 2, 3, 4], passes=4, first_ms=5.0), ms=8.0, begin_ms=20.0)
     # (8 - 5) ms over the 3 passes after the first, which catches up on text written without it
     assert (p.model_begin.value, p.model_first.value, p.model_step.value) == (20.0, 5.0, 1.0)
@@ -94,11 +94,11 @@ def test_a_losing_draft_model_is_probed_every_so_many_rounds():
     observe_model(p, 4, 0)
     plans = []
     for _ in range(PROBE_EVERY + 1):
-        plan = p.plan({}, model=True, model_ready=True, max_k=16, tree_ok=True)
+        plan = p.plan({}, model=True, model_ready=True, max_k=16)
         plans.append(plan)
         p.count(plan)
-    assert all(plan.chains == () for plan in plans[:PROBE_EVERY])
-    assert plans[-1].chains[0][0] == "model" and plans[-1].probe
+    assert all(plan.chain is None for plan in plans[:PROBE_EVERY])
+    assert plans[-1].chain[0] == "model" and plans[-1].probe
 
 
 def test_a_long_match_drafts_long_and_a_short_one_does_not():
@@ -109,9 +109,8 @@ def test_a_long_match_drafts_long_and_a_short_one_does_not():
     for _ in range(60):
         p.observe_free("lookup", Draft([7] * 16, match=20, source="prompt"), [7] * 17)
         p.observe_free("lookup", Draft([7] * 4, match=1, source="prompt"), [8])
-    assert p.plan(lookup(12, match=20), model=False, model_ready=True, max_k=16, tree_ok=True).chains == \
-        (("lookup", 12),)
-    assert p.plan(lookup(4, match=1), model=False, model_ready=True, max_k=16, tree_ok=True).chains == ()
+    assert p.plan(lookup(12, match=20), model=False, model_ready=True, max_k=16).chain == ("lookup", 12)
+    assert p.plan(lookup(4, match=1), model=False, model_ready=True, max_k=16).chain is None
 
 
 def test_a_free_proposal_is_scored_only_as_far_as_the_target_has_written():
@@ -136,26 +135,13 @@ def test_estimates_are_kept_by_drafter_source_and_match_bucket():
     assert p.estimate("model").prior == 0.5
 
 
-def test_a_tree_of_a_doubtful_lookup_chain_and_a_model_chain():
-    """Both chains are right often, neither surely: one pass over both yields more than either."""
-    p = policy(verify_ms=4.0, per_token=0.05, step=0.05)
-    observe_model(p, 6, 3)
-    doubtful, rnd = lookup(6, match=1), random.Random(0)
-    for _ in range(30):
-        p.observe_free("lookup", doubtful["lookup"], [1, 2, 3, 4, 5, 6, 7] if rnd.random() < 0.6 else [9])
-    plan = p.plan(doubtful, model=True, model_ready=True, max_k=16, tree_ok=True)
-    assert [name for name, _ in plan.chains] == ["lookup", "model"]
-    assert [name for name, _ in p.plan(doubtful, model=True, model_ready=True, max_k=16,
-                                       tree_ok=False).chains] != ["lookup", "model"]
-
-
 def test_a_fixed_draft_length_takes_the_longest_match_else_the_model():
     offers = {"lookup": Draft([1, 2], match=2, source="prompt"), "datastore": Draft([3, 4, 5, 6], match=3)}
-    assert Policy.plan_fixed(offers, model=False, k=3).chains == (("datastore", 3),)
+    assert Policy.plan_fixed(offers, model=False, k=3).chain == ("datastore", 3)
     offers["datastore"].match = 2      # a tie: the first drafter's (prompt lookup)
-    assert Policy.plan_fixed(offers, model=False, k=3).chains == (("lookup", 2),)
-    assert Policy.plan_fixed(offers, model=True, k=3).chains == (("model", 3),)   # lookup has fewer than k
-    assert Policy.plan_fixed({}, model=False, k=3).chains == ()
+    assert Policy.plan_fixed(offers, model=False, k=3).chain == ("lookup", 2)
+    assert Policy.plan_fixed(offers, model=True, k=3).chain == ("model", 3)   # lookup has fewer than k
+    assert Policy.plan_fixed({}, model=False, k=3).chain is None
 
 
 @pytest.mark.parametrize("name", sorted(CURVES))
@@ -215,5 +201,5 @@ def test_plans_do_not_depend_on_the_models_speed(scale):
     offers = [lookup(n, match) for n in (0, 2, 6, 16) for match in (1, 3, 9)]
     for ready in (True, False):
         for offer in offers:
-            args = dict(model=True, model_ready=ready, max_k=16, tree_ok=True)
-            assert base.plan(offer, **args).chains == scaled.plan(offer, **args).chains
+            args = dict(model=True, model_ready=ready, max_k=16)
+            assert base.plan(offer, **args).chain == scaled.plan(offer, **args).chain

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from engine.drafters.datastore import DatastoreError, resolve
-    from engine.models import ModelLoadError, resolve_name
+    from engine.load.models import ModelLoadError, resolve_name
     from training.datastore import compare
     from training.distill import EVAL_KINDS, eval_positions, use_threads
     from training.distill_eval import EvalSettings, measure

@@ -47,7 +47,7 @@ def vocabs(pair: str) -> tuple[TokenVocab, TokenVocab]:
     if pair == "shipped":
         from transformers import AutoTokenizer
 
-        from engine.models import resolve_name
+        from engine.load.models import resolve_name
         return tuple(build_vocab(AutoTokenizer.from_pretrained(resolve_name("default", role)))
                      for role in ("target", "draft"))
     from tests import real_tokenizers as rt

@@ -121,7 +121,7 @@ async def start_server(name: str, settings: dict, env: dict, log_dir: Path, root
 async def start_servers(settings: dict[str, dict], env: dict, log_dir: Path,
                         roots: dict[str, Path] | None = None) -> dict[str, LspClient]:
     """One server per configuration, each loaded before the next starts: a load measures its
-    matmul kernels (engine/matmul.py), and loads side by side on 2 cores made those measurements
+    matmul kernels (engine/forward/matmul.py), and loads side by side on 2 cores made those measurements
     disagree (the servers of one run took different kernels for the same model). `roots`: the
     checkout a configuration's server runs from (another commit's, for a side-by-side run; by
     default this one). On a failure the ones started are closed."""

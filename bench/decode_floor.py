@@ -9,8 +9,8 @@ machine's read bandwidth. This builds the shape's maps with random weights (dist
 model's are, so no map is still in a cache when it is read again), times one row through all of
 them in model order with each kernel the engine can run them with, and prints the time, the rate
 and the floor side by side:
-- `bf16 gemv`: the engine's one-row kernel for a 16-bit model (engine/matmul.py `gemv`);
-- `int8`, `int4`: the engine's quantized maps (engine/quantize.py), where this CPU runs them;
+- `bf16 gemv`: the engine's one-row kernel for a 16-bit model (engine/forward/matmul.py `gemv`);
+- `int8`, `int4`: the engine's quantized maps (engine/forward/quantize.py), where this CPU runs them;
 - the machine's read rate: the best of summing a 1 GB float32 tensor and a 512 MB bfloat16 one
   (torch's reductions on the same threads; a lower bound on what the memory delivers).
 The rest of a decode step (attention, norms, the sampling) comes on top: `python -m
@@ -68,8 +68,8 @@ def read_rate_gbs(reps: int, mb: int = 1024) -> float:
 
 def kernels(maps: list[tuple[int, int]]) -> dict:
     """name -> (build(out, in) -> a callable on one row, the row's dtype, bytes per weight)."""
-    from engine.matmul import gemv
-    from engine.quantize import (
+    from engine.forward.matmul import gemv
+    from engine.forward.quantize import (
         INT4_GROUP,
         QuantizeError,
         check_quantize,

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     from completion.context import parse_document, uri_to_path
     from completion.pipeline import CompletionOptions, CompletionPipeline
     from engine import LocalEngine, EngineConfig, GenerationSettings
-    from engine.threads import set_threads
+    from engine.forward.threads import set_threads
 
     try:
         engine = LocalEngine(EngineConfig(target=args.target, draft=args.draft, device="cpu", lookup=False))

@@ -103,7 +103,7 @@ if __name__ == "__main__":
 def transformers_model(loaded, role: str):
     """An engine's model again as transformers' model and tokenizer (its generate needs them),
     in the precision the engine took."""
-    from engine.models import load_model
+    from engine.load.models import load_model
 
     dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
     again = load_model(loaded.name, role, device=str(loaded.device), dtype=dtype)

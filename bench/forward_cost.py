@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import statistics
 import tempfile
 import time
@@ -28,11 +27,11 @@ from pathlib import Path
 import torch
 
 from bench.replay import cpu_name
-from bench.round_cost import commit_of, engine_at
+from bench.round_cost import commit_of, engine_at, module_of
 from engine.kv import KVSession, TransformersForward
-from engine.lean import LeanForward, make_lean
-from engine.matmul import ROWS, Kernels
-from engine.models import load_model
+from engine.forward.lean import LeanForward, make_lean
+from engine.forward.matmul import ROWS, Kernels
+from engine.load.models import load_model
 
 # A lean forward with more tensor operations per step: the default reference.
 DEFAULT_BASELINE = "951e2c1"
@@ -40,13 +39,13 @@ WIDTHS = (1, 2, 4, 6, 8, 12, 16)
 
 
 def lean_module_at(ref: str, into: Path) -> types.ModuleType:
-    """engine/lean.py as it was at git `ref`, with the rest of that commit's engine package
+    """engine/forward/lean.py as it was at git `ref`, with the rest of that commit's engine package
     (lean.py imports its matmul kernels from it), imported under its own name, so the old and
     new forwards run in one process."""
     sha = commit_of(ref)
     if sha is None:
         raise SystemExit(f"--baseline {ref!r} names no commit here")
-    return importlib.import_module(engine_at(sha, into).__name__ + ".lean")
+    return module_of(engine_at(sha, into), "forward.lean", "lean")
 
 
 def read_bandwidth_gbs() -> float:
@@ -220,7 +219,7 @@ def prompt_lengths(value: str) -> list[int]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", default=DEFAULT_BASELINE,
-                    help="git ref whose engine/lean.py runs alongside ('none' to skip)")
+                    help="git ref whose engine/forward/lean.py runs alongside ('none' to skip)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--context", type=int, default=300, help="cached tokens before each step")
     ap.add_argument("--reps", type=int, default=7)

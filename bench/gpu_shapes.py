@@ -5,7 +5,7 @@ here, and time per step does not depend on the weights' values).
     python -m bench.gpu_shapes                       # CUDA, bf16: target 13b, draft starcoder-164m
     python -m bench.gpu_shapes --target tiny --draft tiny --device cpu --dtype float32   # seconds
 
-For each model it prints ms per call of the lean forward (engine/lean.py), of its static mode
+For each model it prints ms per call of the lean forward (engine/forward/lean.py), of its static mode
 (StaticLeanForward: fixed shapes, attention over the whole reserved cache), on CUDA of that
 static mode replayed as CUDA graphs, and of the transformers forward, at verify widths 1-16 after
 `--context` cached tokens; the bandwidth floor (weight bytes over this device's measured read
@@ -24,7 +24,7 @@ import torch
 from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from engine.kv import KVSession, TransformersForward
-from engine.lean import LeanForward, StaticLeanForward, make_lean
+from engine.forward.lean import LeanForward, StaticLeanForward, make_lean
 
 # name -> (architecture, config keywords). 13b: CodeLlama-13b's shape (vocab 32016 with the FIM
 # pieces); starcoder-164m: bigcode/tiny_starcoder_py's; tiny: a few-layer model for CPU tests.

@@ -186,7 +186,7 @@ def main(argv=None) -> int:
             return usage_error(PROG, f"--baseline: {args.baseline!r} names no git commit here")
     import engine as this_pkg
     from engine.drafters.datastore import resolve
-    from engine.models import load_model, resolve_name
+    from engine.load.models import load_model, resolve_name
     target = load_model("default", "target", device="cpu")
     path = resolve("auto", resolve_name("default", "target"))
     if path is None:

@@ -107,7 +107,7 @@ def engine_replay(engine: LocalEngine, session: list[Keystroke], layout: str, ma
 
 def shipped_tokenizers():
     from transformers import AutoTokenizer
-    from engine.models import resolve_name
+    from engine.load.models import resolve_name
     return (AutoTokenizer.from_pretrained(resolve_name("default", "target")),
             AutoTokenizer.from_pretrained(resolve_name("default", "draft")), "shipped default pair")
 

@@ -48,7 +48,7 @@ def bits_per_byte(loaded, pool, text: str) -> tuple[float, int]:
 
 def measure(model: str, role: str, setting: str, texts: list[str]) -> float:
     from engine.kv import KVPool
-    from engine.models import load_model
+    from engine.load.models import load_model
 
     kw = SETTINGS[setting]
     loaded = load_model(model, role, device="cpu", dtype=kw.get("dtype", "auto"), lean_only=True)

@@ -394,11 +394,11 @@ def cpu_name() -> str:
 
 
 def target_is_real_sized(target: str) -> bool:
-    """Whether the server's engine counts `target` real-sized (engine/threads.py gives it the
+    """Whether the server's engine counts `target` real-sized (engine/forward/threads.py gives it the
     physical cores); False for a URL or a model whose weights are not on this machine."""
-    from engine.checkpoint import checkpoint_numel
-    from engine.models import ModelLoadError, local_folder, resolve_name
-    from engine.precision import real_sized
+    from engine.load.checkpoint import checkpoint_numel
+    from engine.load.models import ModelLoadError, local_folder, resolve_name
+    from engine.forward.precision import real_sized
 
     try:
         folder = local_folder(resolve_name(target, "target"))
@@ -433,7 +433,7 @@ def run(args, argv: list[str]) -> int:
     scripts = load_scripts(args.files, args.typed_lines, args.seed, args.max_files, args.editor_debounce_ms, where)
     settings = server_settings(args.target, args.draft, args.device, args.dtype, args.set)
     # generate() here runs with the same thread policy as the server's engine
-    from engine.threads import set_threads
+    from engine.forward.threads import set_threads
     set_threads(args.threads, "auto", real_sized=target_is_real_sized(args.target))
     args.out.mkdir(parents=True, exist_ok=True)
     env = server_env(args.threads)

@@ -30,6 +30,7 @@ its code and data evicted; the second finds them warm.
 from __future__ import annotations
 
 import importlib
+import inspect
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,17 @@ def engine_at(sha: str, into: Path):
     return importlib.import_module(name)
 
 
+def module_of(pkg, *names: str):
+    """The first of `names` (module paths inside an engine package) that package has: a module
+    may sit elsewhere in an older commit's engine."""
+    for name in names[:-1]:
+        try:
+            return importlib.import_module(f"{pkg.__name__}.{name}")
+        except ModuleNotFoundError:
+            pass
+    return importlib.import_module(f"{pkg.__name__}.{names[-1]}")
+
+
 class Timers:
     """Inclusive wall time per phase, and the model math done inside each phase."""
 
@@ -151,7 +163,7 @@ def instrument(pkg, engine) -> Timers:
     modules only)."""
     timers = Timers()
     name, rounds = round_module(pkg)
-    lean = importlib.import_module(pkg.__name__ + ".lean")
+    lean = module_of(pkg, "forward.lean", "lean")
     for fn, label in PHASES[name].items():
         timers.wrap(rounds, fn, label)
     timers.wrap_math(lean.LeanLlama, "__call__", "target math")
@@ -185,7 +197,9 @@ def cold_probe(pkg, engine, run, n: int) -> tuple[float, float, int]:
     if name == "loop":
         drafters = importlib.import_module(pkg.__name__ + ".drafters")
         offers = {"lookup": drafters.Draft(list(range(8)), match=3, source="prompt")}
-        plan, score_name = (lambda: engine.policy.plan(offers, True, True, 16, True)), "score"
+        # (engines that verified trees took whether the target could: one argument more)
+        extra = (True,) * (len(inspect.signature(engine.policy.plan).parameters) - 4)
+        plan, score_name = (lambda: engine.policy.plan(offers, True, True, 16, *extra)), "score"
     else:
         control = importlib.import_module(pkg.__name__ + ".control")
         offer = control.LookupOffer(tokens=8, match=3, source="prompt")

@@ -177,7 +177,7 @@ def measure(target_engine, pair_engine, perm: list[int], cases, draft_length, ma
 def engines(target: str, workdir: Path, seed: int = 0, threads: int = 1):
     """(target alone, target + its permuted self as a different-tokenizer draft, perm)."""
     from engine import LocalEngine, EngineConfig
-    from engine.models import resolve_name
+    from engine.load.models import resolve_name
 
     target_dir = resolve_name(target, "target")
     perm = permuted_copy(target_dir, workdir / "self-draft", seed)

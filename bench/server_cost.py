@@ -119,7 +119,7 @@ def prompt_costs(scripts) -> None:
     from completion.context import TokenCounter, cut_window, parse_document
     from completion.pipeline import CompletionOptions
     from completion.templates import load_template
-    from engine.models import resolve_name
+    from engine.load.models import resolve_name
 
     template = load_template(AutoTokenizer.from_pretrained(resolve_name("default", "target")))
     whole = dataclasses.replace(template, _line_wise=False, _segments={}, _lines={})

@@ -42,7 +42,7 @@ def _pool(shape: str, settings: dict):
     import torch  # noqa: F401  (loaded with the engine)
     from bench.real_shapes import model_dir
     from engine.kv import KVPool
-    from engine.models import load_model
+    from engine.load.models import load_model
 
     loaded = load_model(str(model_dir(shape)), "target", dtype=settings.get("dtype", "auto"), lean_only=True)
     return loaded, KVPool(loaded.model, 1, 4096, quantize=settings.get("quantize", "none"))

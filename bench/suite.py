@@ -136,7 +136,7 @@ def run_generate(settings: dict[str, dict], prompts: list[str], max_new_tokens: 
     """Every prompt through every configuration's engine, configurations alternating per prompt.
     `packages`: the engine package a configuration runs (another commit's, `engine_at`)."""
     import engine as this_engine
-    from engine.threads import set_threads
+    from engine.forward.threads import set_threads
     from lsp import backend, collector
     from lsp.settings import settings_from
 

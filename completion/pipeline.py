@@ -26,7 +26,7 @@ from engine.settings import GenerationResult, GenerationSettings, TextStop
 
 if TYPE_CHECKING:   # loading torch stays lazy for the language server
     from engine.drafters.documents import LookupText
-    from engine.models import LoadedModel
+    from engine.load.models import LoadedModel
     from engine.protocol import Engine
 
 log = logging.getLogger(__name__)

@@ -1,12 +1,12 @@
 """specfill engine: lossless speculative decoding with KV sessions that live across requests.
 
 The names below load on first use, so that what needs no model (engine.settings, engine.remote,
-engine.protocol, engine.cpu) is imported without torch."""
+engine.protocol, engine.forward.cpu) is imported without torch."""
 from importlib import import_module
 
 _WHERE = {"LocalEngine": "engine", "Drafters": "loop", "speculative_generate": "loop", "ContextTooLong": "kv",
-          "KVPool": "kv", "KVSession": "kv", "LoadedModel": "models", "ModelLoadError": "models",
-          "load_model": "models", "Policy": "policy", "Engine": "protocol", "EngineConfig": "settings",
+          "KVPool": "kv", "KVSession": "kv", "LoadedModel": "load.models", "ModelLoadError": "load.models",
+          "load_model": "load.models", "Policy": "policy", "Engine": "protocol", "EngineConfig": "settings",
           "GenerationResult": "settings", "GenerationSettings": "settings", "GenerationStats": "settings"}
 __all__ = list(_WHERE)
 

@@ -6,18 +6,18 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from .checkpoint import return_free_memory
+from .load.checkpoint import return_free_memory
 from .drafters import CopyDrafter, DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter, datastore
 from .drafters.documents import DOCUMENT, OPEN_DOCUMENTS, BlockIndex, LookupText
 from .kv import KVPool
 from .loop import DraftPrompt, Drafters, speculative_generate
-from .models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
+from .load.models import LoadedModel, ModelLoadError, load_model, pick_device, resolve_name
 from .policy import Policy
-from .precision import real_sized
+from .forward.precision import real_sized
 from .protocol import Health, Prompt
-from .quantize import QuantizeError, check_quantize
+from .forward.quantize import QuantizeError, check_quantize
 from .settings import EngineConfig, GenerationResult, GenerationSettings, StopCheck
-from .threads import set_threads
+from .forward.threads import set_threads
 
 
 def same_vocabulary(a, b) -> bool:
@@ -91,7 +91,7 @@ class LocalEngine:
             raise ModelLoadError(f"{loaded.name}: {exc}") from None
 
     def matmul_kernels(self) -> dict:
-        """Each model's matmul kernels and what their measurement timed (engine/matmul.py); None
+        """Each model's matmul kernels and what their measurement timed (engine/forward/matmul.py); None
         for a model without a lean forward or with quantized weights (one kernel each)."""
         def kernels(pool: KVPool | None):
             lean = pool.lean_model if pool is not None else None

@@ -7,7 +7,7 @@ model (say, one per open document) within one token budget for all of them: a se
 needs room takes it from the least recently used others (`KVPool.make_room`).
 
 A session runs its model through one of two forwards with the same interface (`Forward`):
-the lean one (engine/lean.py) where the architecture has one, else the transformers one.
+the lean one (engine/forward/lean.py) where the architecture has one, else the transformers one.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Protocol
 
 import torch
 
-from .lean import LeanForward, LeanModel, StaticLeanForward, lean_for
+from .forward.lean import LeanForward, LeanModel, StaticLeanForward, lean_for
 
 log = logging.getLogger("specfill.engine")
 
@@ -204,7 +204,7 @@ class KVPool:
         """`static`: the lean forward's static mode (StaticLeanForward), each session's cache
         reserved whole; `cuda_graphs`: that, replayed as CUDA graphs (on a CUDA model only:
         elsewhere the plain lean forward runs, with a warning); `quantize`: the lean forward's
-        weights (engine/quantize.py)."""
+        weights (engine/forward/quantize.py)."""
         self.model = model
         if quantize != "none" and not lean:
             raise ValueError(f"quantize {quantize!r} needs the lean forward")

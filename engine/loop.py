@@ -21,7 +21,7 @@ import torch
 
 from .drafters import CopyDrafter, DatastoreDrafter, Draft, Drafter, LookupDrafter, Sampling
 from .kv import ContextTooLong, KVPool, KVSession, common_prefix_len
-from .models import LoadedModel
+from .load.models import LoadedModel
 from .policy import Plan, Policy
 from .sampling import greedy_ids, sample, target_probs, verify_greedy, verify_rejection, verify_sample_compare
 from .settings import MAX_DRAFT_LENGTH, GenerationResult, GenerationSettings, GenerationStats, StopCheck
@@ -150,6 +150,11 @@ def draft_model(d: Decoding, r: Round, k: int, sampling: Sampling, stats: Genera
     # a chain cut by the stop, not by its drafter, counts as asked for the tokens kept
     return Chain("model", tokens, len(tokens) if len(tokens) < len(drafted) else k,
                  draft.q[:len(tokens)] if draft.q is not None else None)
+
+
+def score(session: KVSession, seq: list[int], chain: list[int]) -> torch.Tensor:
+    """One target pass over the sequence's last token and the chain: logits for each of them."""
+    return session.advance(seq + chain, n_logits=len(chain) + 1)
 
 
 def verify(chain: Chain | None, logits: torch.Tensor, settings: GenerationSettings,
@@ -290,7 +295,7 @@ def speculative_generate(target: LoadedModel, pool: KVPool, drafters: Drafters, 
             chain = r.chain.tokens if r.chain is not None else []
             t1 = time.perf_counter()
             try:
-                logits = session.advance(d.seq + chain, n_logits=len(chain) + 1)
+                logits = score(session, d.seq, chain)
             except ContextTooLong:
                 reason = "context_full"
                 break

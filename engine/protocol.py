@@ -16,7 +16,7 @@ from .settings import GenerationResult, GenerationSettings, StopCheck
 
 if TYPE_CHECKING:
     from .drafters.documents import LookupText
-    from .models import LoadedModel
+    from .load.models import LoadedModel
     from .remote import InfillPrompt, ServerInfo, TextPrompt
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ MAX_COPY_LENGTH = 64          # ... by the copy drafter, whose copies of a rewri
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"   # DEVICES, and cuda:N for one GPU of several
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZE = ("none", "int8", "int4")   # the local models' linear weights (engine/quantize.py)
+QUANTIZE = ("none", "int8", "int4")   # the local models' linear weights (engine/forward/quantize.py)
 
 
 @dataclass
@@ -24,13 +24,13 @@ class EngineConfig:
     device_map: str | None = None  # "auto": spread a target larger than one device (accelerate)
     max_cache_tokens: int = 8192  # KV budget of a model's sessions together; longer prompts are refused
     max_sessions: int = 4         # KV sessions kept per model (e.g. one per open document)
-    threads: int = 0              # torch CPU threads; 0 = auto (engine/threads.py)
+    threads: int = 0              # torch CPU threads; 0 = auto (engine/forward/threads.py)
     heal: bool = True             # token healing for a draft with another tokenizer
     lean: bool = True             # lean forward for Llama/Qwen2/GPTBigCode (False: transformers forward)
     kv_reuse: bool = True         # False: drop all KV caches before each request (benchmarks)
     lookup: bool = True           # prompt lookup alongside a draft model (the policy picks per round)
     cuda_graphs: bool = False     # static lean forward replayed as CUDA graphs (CUDA only)
-    quantize: str = "none"        # the local models' linear weights: none, int8 or int4 (engine/quantize.py)
+    quantize: str = "none"        # the local models' linear weights: none, int8 or int4 (engine/forward/quantize.py)
     # the target's answers that are drafted from (engine/drafters/datastore.py): "auto" (the
     # target directory's datastore.npz, if any), "none", or a file
     datastore: str = "auto"

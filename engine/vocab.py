@@ -231,11 +231,11 @@ def plain_tokenizer(tokenizer):
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
-    if hasattr(tokenizer, "text_backend"):      # engine.tokenizer.FastTokenizer keeps one
+    if hasattr(tokenizer, "text_backend"):      # engine.load.tokenizer.FastTokenizer keeps one
         return tokenizer.text_backend()
     from tokenizers import Tokenizer
 
-    from .tokenizer import keep_control_tokens_as_text
+    from .load.tokenizer import keep_control_tokens_as_text
     plain = Tokenizer.from_str(backend.to_str())
     plain.encode_special_tokens = True  # sentinel text in user code is just text
     keep_control_tokens_as_text(plain)
@@ -252,8 +252,8 @@ def encode_plain_batch(plain, texts: list[str]) -> list[list[int]]:
 
 
 def build_vocab(tokenizer) -> TokenVocab:
-    """The vocabulary of `tokenizer`. A tokenizer read from a folder (engine.tokenizer.FastTokenizer)
-    takes its tables from specfill's cache where they were kept (engine/vocab_cache.py), and
+    """The vocabulary of `tokenizer`. A tokenizer read from a folder (engine.load.tokenizer.FastTokenizer)
+    takes its tables from specfill's cache where they were kept (engine/load/vocab_cache.py), and
     keeps them there once built."""
     kept = getattr(tokenizer, "kept", None)
     if kept is not None and kept.tables is not None:
@@ -275,7 +275,7 @@ def _vocab_of(tokenizer, tables) -> TokenVocab:
 
 def _tables(tokenizer):
     """Each token's bytes, the special ids, bytes -> lowest id, the byte-fallback pieces."""
-    from .vocab_cache import VocabTables
+    from .load.vocab_cache import VocabTables
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
     # the decoder's own definition (the whole tokenizer's is megabytes of JSON)

@@ -74,6 +74,6 @@ def version_line() -> str:
     for dist in ("torch", "transformers", "pygls"):
         found = package_version(dist)
         parts.append(f"{dist} {found}" if found else f"{dist} missing")
-    from engine.cpu import system_line   # torch-free: the engine package loads its names lazily
+    from engine.forward.cpu import system_line   # torch-free: the engine package loads its names lazily
 
     return f"specfill {SPECFILL_VERSION} ({', '.join(parts)}; {system_line()})"

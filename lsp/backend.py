@@ -88,7 +88,7 @@ def remote_engine(settings: Settings) -> RemoteEngine:
     """The remote target the settings name; no connection yet (the first request probes it, so a
     server that is down at start-up is picked up when it comes back). Raises ModelLoadError for
     settings that cannot work (a bad URL, a missing CA bundle)."""
-    from engine.models import ModelLoadError
+    from engine.load.models import ModelLoadError
     from engine.remote import RemoteEngine, RemoteError, RemoteSettings
 
     r = settings.remote

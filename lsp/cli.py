@@ -203,7 +203,7 @@ def read_document(path: str, line: int, col: int, max_chars: int) -> tuple[str |
 
 def model_problem(name: str, role: str) -> str | None:
     """A local model directory that does not exist, found before torch loads (in the engine's
-    words: engine/models.py). Hub ids, `default` and the rest are the engine's to check."""
+    words: engine/load/models.py). Hub ids, `default` and the rest are the engine's to check."""
     looks_like_path = os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
     if looks_like_path and not os.path.isdir(os.path.expanduser(name)):
         return f"{role} model {name!r}: no such directory"

@@ -279,7 +279,7 @@ def load_edit_model(settings: Settings):
     `/v1/completions`), else a LocalEngine with no draft model (prompt lookup and the copy drafter
     draft) on the settings' device, precision and cache budget."""
     if is_remote(settings.nextEdit):
-        from engine.models import ModelLoadError
+        from engine.load.models import ModelLoadError
         from engine.remote import RemoteEngine, RemoteError, RemoteSettings
 
         r = settings.remote

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.datastor
     from completion.templates import load_template
     from engine import load_model
     from engine.drafters.datastore import save
-    from engine.models import ModelLoadError
+    from engine.load.models import ModelLoadError
     from training.distill_data import DataWorkerFailed, generate_in_workers, read_samples
 
     use_threads(args.threads, args.device)

@@ -109,7 +109,7 @@ def use_threads(threads: int, device: str) -> None:
     """torch's CPU threads for a training command: --threads, or the engine's own choice when 0."""
     import torch
 
-    from engine.threads import set_threads
+    from engine.forward.threads import set_threads
 
     if threads:
         torch.set_num_threads(threads)
@@ -253,7 +253,7 @@ def save_draft(draft, out: str, dtype: str, info: dict) -> None:
 def stored_dtype(name: str) -> str:
     from transformers import AutoConfig
 
-    from engine.models import resolve_name
+    from engine.load.models import resolve_name
 
     try:
         dtype = AutoConfig.from_pretrained(resolve_name(name, "draft")).dtype
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.distill"
     from completion.templates import load_template
     from engine import load_model
     from engine.engine import same_vocabulary
-    from engine.models import ModelLoadError
+    from engine.load.models import ModelLoadError
     from completion.context import TokenCounter
     from completion.pipeline import draft_prompt_cap
     from training.distill_data import DataWorkerFailed, draft_example, generate_in_workers

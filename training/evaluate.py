@@ -106,7 +106,7 @@ def fim_exact_match(model, tok, cases, spm: bool) -> tuple[float, float]:
 
 
 def evaluate(model_dir: str, n_files: int = 60, n_fim: int = 100, seed: int = 0) -> EvalResult:
-    from engine.models import load_model
+    from engine.load.models import load_model
     loaded = load_model(model_dir, role="evaluated", device="cpu", dtype="float32")
     model, tok = loaded.model, loaded.tokenizer
     corpus = build_corpus(seed=seed, max_train_bytes=0)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from engine.models import pick_device
+from engine.load.models import pick_device
 from training.corpus import Corpus, build_corpus, encoder, fim_format, token_stream
 from training.tokenizers import train_bytelevel, train_sentencepiece_style
 

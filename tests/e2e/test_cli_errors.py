@@ -115,7 +115,7 @@ def test_version_and_help_go_to_stdout(capsys):
         assert code == 0 and err == ""
         assert out.startswith(f"specfill {SPECFILL_VERSION} (Python ") and "torch " in out
         assert "; CPU 16-bit: " in out      # which 16-bit checkpoints run in 16 bits here
-        assert "; 16-bit rows kernel: " in out     # engine/rows16.c, or why not
+        assert "; 16-bit rows kernel: " in out     # engine/forward/rows16.c, or why not
         assert out.count("\n") == 1
     code, out, err = in_process(["--help"], capsys)
     assert code == 0 and err == "" and "generate" in out and "--version" in out

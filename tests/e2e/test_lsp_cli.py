@@ -158,7 +158,7 @@ def test_the_command_line_loads_no_torch_before_a_subcommand_runs():
     # write to stdout) before that. The engine's modules that need no model (engine.remote,
     # engine.settings) import no torch: engine/__init__.py loads the rest on first use.
     probe = ("import sys, cli.main; "
-             "print(sorted(m for m in ('torch', 'transformers', 'engine.engine', 'engine.models') "
+             "print(sorted(m for m in ('torch', 'transformers', 'engine.engine', 'engine.load.models') "
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=SERVER_ENV, cwd=ROOT, timeout=60)

@@ -114,7 +114,7 @@ async def test_settings_in_force_name_the_loaded_models(client):
     assert s["settings"]["maxNewTokens"] == PULLED["maxNewTokens"]
     assert s["settings"]["targetModel"] == tiny_options()["targetModel"]
     assert s["models"]["loaded"] and not s["models"]["loading"]
-    # each loaded model's matmul kernels, as measured on this machine (engine/matmul.py)
+    # each loaded model's matmul kernels, as measured on this machine (engine/forward/matmul.py)
     kernels = s["models"]["matmulKernels"]
     assert set(kernels) == {"target", "draft"}
     assert all(k["verify"] in ("rows", "fp16") and k["note"] for k in kernels.values())

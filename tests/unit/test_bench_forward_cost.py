@@ -8,7 +8,7 @@ import torch
 
 from bench.forward_cost import lean_module_at
 from bench.round_cost import commit_of
-from engine.lean import LeanForward, make_lean
+from engine.forward.lean import LeanForward, make_lean
 from tests.tiny_models import tiny_model
 
 
@@ -27,7 +27,7 @@ def test_the_baseline_forward_loads_and_agrees_with_this_trees(tmp_path):
 
 def test_the_baseline_kernels_are_named():
     from bench.forward_cost import kernels_taken
-    from engine.matmul import Kernels
+    from engine.forward.matmul import Kernels
     assert kernels_taken(Kernels("fp16", "fp16", "rows", "rows")) == \
         "one fp16, few fp16, verify rows, many rows"
     assert kernels_taken(None).startswith("fixed")
@@ -66,7 +66,7 @@ def test_torch_compile_is_measured_beside_the_engines_own_kernels():
     float32 and the run reports all three steps (it failed outright when it compiled the
     engine's own copy)."""
     from bench.forward_cost import compile_cost
-    from engine.matmul import FP16, Kernels, fp16_available
+    from engine.forward.matmul import FP16, Kernels, fp16_available
     model = tiny_model("llama", 300).half().float()
     kernels = Kernels(FP16, FP16, FP16, FP16) if fp16_available() else None
     with torch.inference_mode():

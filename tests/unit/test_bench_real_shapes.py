@@ -11,7 +11,7 @@ from safetensors import safe_open
 
 from bench import real_shapes as rs
 from completion.templates import detect_family
-from engine.models import load_model
+from engine.load.models import load_model
 
 # The published config.json values (hub ids in real_shapes.SHAPES), field by field.
 PUBLISHED = {

@@ -260,7 +260,7 @@ def _prompt_tokenizers():
     and the byte-level fixtures."""
     from transformers import AutoTokenizer
 
-    from engine.models import resolve_name
+    from engine.load.models import resolve_name
     from tests import real_tokenizers as rt
     return {"shipped target": AutoTokenizer.from_pretrained(resolve_name("default", "target")),
             "codellama": rt.tokenizer("codellama"), "qwen3": rt.tokenizer("qwen3"),

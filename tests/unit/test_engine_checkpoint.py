@@ -1,4 +1,4 @@
-"""Checkpoints of the lean families load as their weights alone (engine/checkpoint.py): the same
+"""Checkpoints of the lean families load as their weights alone (engine/load/checkpoint.py): the same
 logits as the transformers model of the same files, the config's defaults as transformers' config
 classes set them, and none of transformers' model classes imported; other checkpoints load
 through transformers."""
@@ -11,10 +11,10 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPTBigCodeConfig,
                           LlamaConfig, Qwen2Config)
 
-from engine.checkpoint import DEFAULTS, CheckpointModel, lite_config
+from engine.load.checkpoint import DEFAULTS, CheckpointModel, lite_config
 from engine.kv import KVPool
-from engine.lean import LeanForward
-from engine.models import load_model
+from engine.forward.lean import LeanForward
+from engine.load.models import load_model
 from tests.tiny_models import tiny_model, tiny_pair_dirs
 
 CONFIG_CLASSES = {"llama": LlamaConfig, "qwen2": Qwen2Config, "gpt_bigcode": GPTBigCodeConfig}
@@ -67,7 +67,7 @@ def test_a_checkpoint_computes_what_its_transformers_model_computes(tmp_path, ki
 
 
 def test_the_engine_loads_the_shipped_pair_without_transformers():
-    """Its config, weights and tokenizers are read by engine/checkpoint.py and engine/tokenizer.py:
+    """Its config, weights and tokenizers are read by engine/load/checkpoint.py and engine/load/tokenizer.py:
     transformers is not even imported (seconds of a command line's start)."""
     probe = ("import sys; from engine import LocalEngine, EngineConfig; e = LocalEngine(EngineConfig()); "
              "print(type(e.target.model).__name__, type(e.draft.model).__name__, type(e.target.tokenizer).__name__, "

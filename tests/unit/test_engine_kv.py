@@ -7,7 +7,7 @@ import torch
 
 from engine import ContextTooLong, KVPool, KVSession
 from engine.kv import TransformersForward, make_forward
-from engine.lean import LeanForward, lean_unsupported, make_lean
+from engine.forward.lean import LeanForward, lean_unsupported, make_lean
 from tests.tiny_models import llama_config, tiny_model
 
 VOCAB = 300

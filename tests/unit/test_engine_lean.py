@@ -8,9 +8,9 @@ import torch
 from transformers import GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import LocalEngine, EngineConfig
-from engine.lean import MASK_BAND_WIDTH, LeanForward, _Positions, long_tensor, make_lean
-from engine import rows16
-from engine.matmul import FP16, GEMV, NATIVE, ROW_CLASSES, ROWS, Kernels, choose_kernels, fp16_available, fp16_exact, use_kernels
+from engine.forward.lean import MASK_BAND_WIDTH, LeanForward, _Positions, long_tensor, make_lean
+from engine.forward import rows16
+from engine.forward.matmul import FP16, GEMV, NATIVE, ROW_CLASSES, ROWS, Kernels, choose_kernels, fp16_available, fp16_exact, use_kernels
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300
@@ -201,7 +201,7 @@ def test_id_lists_become_the_same_long_tensors_as_torch_tensor_makes(ids):
 
 def test_a_packed_map_takes_inputs_that_carry_gradients():
     """A lean forward called outside no_grad (the engine never is): the products stay right."""
-    from engine.matmul import Linear
+    from engine.forward.matmul import Linear
     gen = torch.Generator().manual_seed(0)
     maps = [torch.nn.Linear(24, 40), torch.nn.Linear(24, 8, bias=False)]
     linear = Linear(maps, packed=True, kernels=Kernels())

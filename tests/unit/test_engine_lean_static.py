@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, GPTBigCodeForCausalLM, LlamaForCa
 
 from engine import LocalEngine, EngineConfig, GenerationSettings
 from engine.kv import KVPool, TransformersForward
-from engine.lean import STATIC_WIDTHS, LeanForward, StaticLeanForward, make_lean, static_width
+from engine.forward.lean import STATIC_WIDTHS, LeanForward, StaticLeanForward, make_lean, static_width
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 
 VOCAB = 300

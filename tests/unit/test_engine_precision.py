@@ -12,14 +12,14 @@ from safetensors.torch import save_file
 from transformers import GPT2LMHeadModel, GPT2Config
 
 from engine import LocalEngine, EngineConfig, GenerationSettings, ModelLoadError
-from engine import kernel_cache, lean as lean_module, precision
-from engine.lean import LeanForward, lean_for, make_lean
-from engine import rows16
-from engine.matmul import GEMV, NATIVE, ROWS, Kernels, gemv
-from engine.models import load_model
+from engine.forward import kernel_cache, lean as lean_module, precision
+from engine.forward.lean import LeanForward, lean_for, make_lean
+from engine.forward import rows16
+from engine.forward.matmul import GEMV, NATIVE, ROWS, Kernels, gemv
+from engine.load.models import load_model
 from engine.policy import Mean, Policy
-from engine.precision import checkpoint_dtype, choose_dtype
-from engine.quantize import QUANTIZE_ROWS, Int8Linear, QuantizeError, int8_engine
+from engine.forward.precision import checkpoint_dtype, choose_dtype
+from engine.forward.quantize import QUANTIZE_ROWS, Int8Linear, QuantizeError, int8_engine
 from tests.tiny_models import tiny_model, tiny_pair_dirs, tiny_same_tokenizer_draft_dir
 from tests.unit.test_engine_lossless import _ids
 
@@ -224,7 +224,7 @@ def assert_every_drafter_gives_the_target_alone(setting: dict) -> list[LocalEngi
                "other-tokenizer": LocalEngine(EngineConfig(target=target_dir, draft=draft_dir, **setting))}
     # the policy's estimates frozen at their priors, so that its plans (the widths of the verify
     # passes) do not depend on this machine's timings: a 16-bit pass of another width may round
-    # differently (engine/matmul.py), which the test is not about
+    # differently (engine/forward/matmul.py), which the test is not about
     for engine in engines.values():
         engine.policy = Policy(frozen=True, model_begin=Mean(0.0), model_first=Mean(0.5), model_step=Mean(0.5))
     settings = GenerationSettings(max_new_tokens=24)

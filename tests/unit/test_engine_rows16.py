@@ -1,4 +1,4 @@
-"""engine/rows16.c, compiled here by engine/rows16.py: a few rows times a 16-bit weight equals
+"""engine/forward/rows16.c, compiled here by engine/forward/rows16.py: a few rows times a 16-bit weight equals
 torch's product up to the 16-bit rounding of the sums, a row's result is the same bit for bit
 whatever shares its call and however many threads run it, and the lean forward runs on it."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import rows16
-from engine.lean import LeanForward, make_lean
-from engine.matmul import NATIVE, ROWS, Kernels, use_kernels
+from engine.forward import rows16
+from engine.forward.lean import LeanForward, make_lean
+from engine.forward.matmul import NATIVE, ROWS, Kernels, use_kernels
 from tests.tiny_models import tiny_model
 from tests.unit.test_engine_precision import assert_every_drafter_gives_the_target_alone, steps_and_verify
 
@@ -102,7 +102,7 @@ def test_native_kernels_where_they_cannot_run_are_a_clear_error(monkeypatch):
 def test_greedy_output_on_native_kernels_equals_the_target_alone(monkeypatch):
     """The engine with every model's maps on rows16.c (plain bfloat16 weights, NATIVE for up to
     8 rows): each drafter's output is token for token the target's alone."""
-    from engine import lean as lean_module
+    from engine.forward import lean as lean_module
 
     made = []
     make_lean_plain = lean_module.make_lean
@@ -120,7 +120,7 @@ def test_greedy_output_on_native_kernels_equals_the_target_alone(monkeypatch):
 def test_a_compiler_that_fails_leaves_torchs_kernels_and_says_why(monkeypatch, tmp_path, caplog):
     """A $CC that cannot build rows16.c: no native kernel, one line in the log, and a model's
     kernel measurement goes on without it."""
-    from engine.matmul import choose_kernels
+    from engine.forward.matmul import choose_kernels
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("SPECFILL_CACHE", str(tmp_path))

@@ -25,8 +25,8 @@ from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, sp
 from engine.drafters import CopyDrafter, DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
 from engine.drafters.datastore import Datastore, save
 from engine.kv import make_forward
-from engine.lean import lean_for
-from engine.quantize import int8_engine
+from engine.forward.lean import lean_for
+from engine.forward.quantize import int8_engine
 from engine.policy import Acceptance, Mean, VerifyCost, key
 from engine.vocab import build_vocab
 from tests.sampling_law import (MIN_EXPECTED, POOLED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,

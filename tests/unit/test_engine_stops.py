@@ -158,7 +158,7 @@ def test_a_draft_stops_before_the_token_that_decides_the_answer():
     and anything the round adds after it lies past the answer's end. A draft of nothing but
     that token is no draft."""
     from engine.loop import cut_before_stop
-    from engine.models import load_model
+    from engine.load.models import load_model
     from engine.settings import TextStop
     vocab = load_model("default", "target", device="cpu").vocab
     line_end = lambda text: TextStop("line_end", text.index("\n") + 1) if "\n" in text else None  # noqa: E731

@@ -4,8 +4,9 @@ OMP_NUM_THREADS as given."""
 import pytest
 import torch
 
-from engine import EngineConfig, LocalEngine, precision, threads
-from engine.threads import set_threads
+from engine import EngineConfig, LocalEngine
+from engine.forward import precision, threads
+from engine.forward.threads import set_threads
 from tests.tiny_models import tiny_pair_dirs
 
 

@@ -1,4 +1,4 @@
-"""engine/tokenizer.py answers as transformers' own tokenizer does, on every real tokenizer the
+"""engine/load/tokenizer.py answers as transformers' own tokenizer does, on every real tokenizer the
 tests have (the shipped pair's, Llama-2's with CodeLlama's FIM tokens, Qwen's) and on a
 byte-level one: the vocabulary, the special tokens, ids with special-token text kept as text
 (how the engine encodes every text), ids with and without special tokens of texts that hold no
@@ -8,8 +8,8 @@ import random
 import pytest
 from transformers import AutoTokenizer
 
-from engine.models import DEFAULT_PAIR_DIR
-from engine.tokenizer import FastTokenizer
+from engine.load.models import DEFAULT_PAIR_DIR
+from engine.load.tokenizer import FastTokenizer
 from tests.real_tokenizers import MissingTokenizer, tokenizer as real_tokenizer
 from tests.tiny_models import tiny_pair_dirs
 

@@ -1,4 +1,4 @@
-"""A checkpoint loaded quantized (engine/weight_cache.py): its maps quantized as they are read
+"""A checkpoint loaded quantized (engine/load/weight_cache.py): its maps quantized as they are read
 compute what the same model quantized by its lean forward computes, bit for bit; the result is
 kept on disk and read on later loads; a changed checkpoint, or a broken file, is quantized again;
 the embedding is read from that file mapped, not copied."""
@@ -9,12 +9,12 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from engine import weight_cache
-from engine.checkpoint import CheckpointModel
+from engine.load import weight_cache
+from engine.load.checkpoint import CheckpointModel
 from engine.kv import KVPool
-from engine.lean import LeanForward, make_lean
-from engine.models import load_model
-from engine.quantize import int8_engine
+from engine.forward.lean import LeanForward, make_lean
+from engine.load.models import load_model
+from engine.forward.quantize import int8_engine
 from tests.tiny_models import tiny_model, tiny_pair_dirs
 
 CPU = torch.device("cpu")

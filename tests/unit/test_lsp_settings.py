@@ -251,7 +251,7 @@ def test_limits_and_lists_are_the_lower_layers_own():
 def test_the_engine_takes_every_device_the_settings_accept():
     import torch
 
-    from engine.models import ModelLoadError, pick_device
+    from engine.load.models import ModelLoadError, pick_device
 
     assert pick_device(parse_settings({"device": "cpu"}, Settings()).device) == torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

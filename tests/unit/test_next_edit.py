@@ -138,7 +138,7 @@ def test_the_original_region_undoes_the_latest_edit_where_it_lies_in_the_region(
 
 @pytest.fixture(scope="module")
 def qwen():
-    from engine.models import load_model
+    from engine.load.models import load_model
     from tests.real_tokenizers import model_dir
 
     return load_model(model_dir("qwen3"), "target", device="cpu", dtype="float32")

@@ -1,4 +1,4 @@
-"""A tokenizer folder's load kept in specfill's cache (engine/vocab_cache.py): the tokenizer and
+"""A tokenizer folder's load kept in specfill's cache (engine/load/vocab_cache.py): the tokenizer and
 the vocabulary read back from it are exactly those built from tokenizer.json, on every real
 tokenizer the tests have; a stale or damaged file is rebuilt with one log line."""
 import logging
@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from engine import vocab_cache
-from engine.models import DEFAULT_PAIR_DIR
-from engine.tokenizer import FastTokenizer
+from engine.load import vocab_cache
+from engine.load.models import DEFAULT_PAIR_DIR
+from engine.load.tokenizer import FastTokenizer
 from engine.vocab import build_vocab
 from tests.real_tokenizers import MissingTokenizer, tokenizer_files
 

@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import write_whole
+from ..files import write_whole
 
 log = logging.getLogger("specfill.engine")
 

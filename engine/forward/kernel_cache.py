@@ -1,6 +1,6 @@
 """Matmul kernel choices kept on disk, so a machine measures each model shape once.
 
-engine/matmul.py's choose_kernels times whole forward passes (1-2 s for the shipped target,
+engine/forward/matmul.py's choose_kernels times whole forward passes (1-2 s for the shipped target,
 more for a real-sized model). The choice depends on the machine (CPU model and features, torch
 build) and the model's shapes, dtype and threads, so it is stored under a key made of those,
 in kernels.json of specfill's cache folder: $SPECFILL_CACHE, else ~/.cache/specfill.
@@ -22,7 +22,7 @@ import torch
 
 from .matmul import ROW_CLASSES, Kernels
 from .cpu import cpu_flags
-from .files import cache_root, write_whole
+from ..files import cache_root, write_whole
 
 log = logging.getLogger("specfill.engine")
 

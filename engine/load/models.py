@@ -13,18 +13,18 @@ from urllib.parse import urlparse
 import torch
 
 from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, weight_files
-from .kv import model_max_positions
-from .lean import lean_unsupported
-from .precision import checkpoint_dtype, choose_dtype
-from .quantize import QuantizeError
+from ..kv import model_max_positions
+from ..forward.lean import lean_unsupported
+from ..forward.precision import checkpoint_dtype, choose_dtype
+from ..forward.quantize import QuantizeError
 from .tokenizer import fast_tokenizer
-from .settings import DEVICE_PATTERN, DEVICES, DTYPES
-from .vocab import TokenVocab, build_vocab
+from ..settings import DEVICE_PATTERN, DEVICES, DTYPES
+from ..vocab import TokenVocab, build_vocab
 from .weight_cache import load_quantized
 
 log = logging.getLogger("specfill.engine")
 
-DEFAULT_PAIR_DIR = Path(__file__).parent / "default_pair"
+DEFAULT_PAIR_DIR = Path(__file__).parent.parent / "default_pair"
 
 
 class ModelLoadError(RuntimeError):
@@ -38,7 +38,7 @@ class LoadedModel:
     tokenizer: object
     vocab: TokenVocab
     device: torch.device
-    precision: str = ""     # the dtype it computes in and why (engine/precision.py)
+    precision: str = ""     # the dtype it computes in and why (engine/forward/precision.py)
     parameters: int = 0     # values in its weights (0: not counted)
 
     @property
@@ -135,10 +135,10 @@ def load_model(name: str, role: str = "target", device: str = "auto", dtype: str
     """Load a causal LM + tokenizer. Local directories load offline; a missing model, a model
     that is not a causal LM, or a missing tokenizer raises ModelLoadError. With `lean_only` (the
     engine, which runs the lean forward), a checkpoint of a family the lean forward computes
-    loads its weights alone (engine/checkpoint.py: no transformers model class, whose import
+    loads its weights alone (engine/load/checkpoint.py: no transformers model class, whose import
     costs seconds), on other threads while the tokenizer loads, and with `quantize` on a CPU its
     linear maps quantized as they are read, or read quantized from the cache
-    (engine/weight_cache.py); otherwise, and for training, a transformers model."""
+    (engine/load/weight_cache.py); otherwise, and for training, a transformers model."""
     path = resolve_name(name, role)
     looks_like_path = os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1
     if looks_like_path and not os.path.isdir(path):  # hub ids are "name" or "org/name"
@@ -197,7 +197,7 @@ def _checkpoint_model(folder, config, dtype, dev, quantize, name, role):
 
 
 def _fast_tokenizer(folder: str, name: str, role: str):
-    """The folder's tokenizer.json read by the `tokenizers` library (engine/tokenizer.py), or None."""
+    """The folder's tokenizer.json read by the `tokenizers` library (engine/load/tokenizer.py), or None."""
     try:
         return fast_tokenizer(folder)
     except Exception as e:  # noqa: BLE001

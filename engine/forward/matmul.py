@@ -1,10 +1,10 @@
-"""The lean forward's linear maps (engine/lean.py), and which matmul kernel each call takes.
+"""The lean forward's linear maps (engine/forward/lean.py), and which matmul kernel each call takes.
 
 A completion model multiplies a few rows at a time: 1 in a decode step, 2-31 in a verify pass,
 hundreds in a prompt's prefill. Which kernel runs a given number of rows fastest depends on the
 CPU and the model, so a model with a choice measures its candidates on the machine it loads on
 (`choose_kernels`: whole forward passes on a scratch cache) for each class of row counts
-(ROW_CLASSES) and keeps the faster; engine/kernel_cache.py keeps the choice on disk.
+(ROW_CLASSES) and keeps the faster; engine/forward/kernel_cache.py keeps the choice on disk.
 
 The maps come in two layouts:
 - packed (small models, whose products are too small to be bound by memory): float32 copies
@@ -14,7 +14,7 @@ The maps come in two layouts:
 - plain (real-sized models, bound by reading their weights): the model's own weights, one copy,
   the maps that share an input concatenated once with the modules pointed at slices of it. In 16
   bits torch hands products to oneDNN, which costs about twice torch's own matrix-vector kernel
-  (GEMV) for one row. Up to 8 rows may also take rows16.c (NATIVE, engine/rows16.py), which
+  (GEMV) for one row. Up to 8 rows may also take rows16.c (NATIVE, engine/forward/rows16.py), which
   reads the weight once for all of them; each class of rows takes whichever measures fastest.
 """
 from __future__ import annotations
@@ -164,7 +164,7 @@ class Linear:
 def fuse_in_place(modules: list[torch.nn.Linear]) -> torch.Tensor:
     """The weights of `modules` as one [sum of outs, in] tensor, the modules' own weights made
     slices of it (the same values, so the model computes as before; no second copy stays). Maps
-    fused before, or read side by side (engine/checkpoint.py), are read where they lie."""
+    fused before, or read side by side (engine/load/checkpoint.py), are read where they lie."""
     weights = [m.weight.detach() for m in modules]
     fused = joined(weights)
     if len(weights) == 1 or fused.untyped_storage().data_ptr() == weights[0].untyped_storage().data_ptr():
@@ -194,7 +194,7 @@ def fp16_ready(lean) -> bool:
 
 
 def native_ready(lean) -> bool:
-    """Whether NATIVE runs every map of `lean` here (engine/rows16.py: compiled, 16-bit weights)."""
+    """Whether NATIVE runs every map of `lean` here (engine/forward/rows16.py: compiled, 16-bit weights)."""
     return all(rows16.available(m.weight) for m in lean.linears())
 
 
@@ -207,7 +207,7 @@ def use_kernels(lean, kernels: Kernels) -> None:
     """Give `lean` these kernels, packing FBGEMM's copies where a class uses FP16 and dropping
     them where none does."""
     if not native_runs(lean, kernels):
-        raise ValueError("the native kernel does not run here (engine/rows16.py: x86-64 Linux, a C compiler, "
+        raise ValueError("the native kernel does not run here (engine/forward/rows16.py: x86-64 Linux, a C compiler, "
                          "16-bit weights)")
     fp16 = FP16 in {getattr(kernels, name) for name, *_ in ROW_CLASSES}
     for linear in lean.linears():

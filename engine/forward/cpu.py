@@ -36,12 +36,12 @@ def native_16bit() -> tuple[str, ...]:
 
 
 def c_compiler() -> str | None:
-    """The C compiler engine/rows16.c is built with: $CC, else cc or gcc on the PATH."""
+    """The C compiler engine/forward/rows16.c is built with: $CC, else cc or gcc on the PATH."""
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
 def rows16_unsupported() -> str | None:
-    """Why engine/rows16.c cannot be built and run here, or None where it can."""
+    """Why engine/forward/rows16.c cannot be built and run here, or None where it can."""
     if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
         return f"built for Linux on x86-64 only ({platform.system()} {platform.machine()})"
     if not {"avx2", "fma", "f16c"} <= cpu_flags():

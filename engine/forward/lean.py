@@ -3,7 +3,7 @@
 At completion-model sizes on a CPU a transformers forward spends most of its time in framework
 overhead, so these classes run the same math on the model's own weights with a preallocated KV
 cache and as few tensor operations as they can: rope tables and mask bands built once and
-sliced, weights looked up once, fused maps (engine/matmul.py), rope on queries and keys together
+sliced, weights looked up once, fused maps (engine/forward/matmul.py), rope on queries and keys together
 in place, one cache tensor for all layers, and past the last layer's keys and values only the
 rows whose logits are wanted. Any other architecture or an unusual config runs the transformers
 forward (`lean_unsupported` says why). StaticLeanForward runs the same layers at fixed shapes
@@ -26,7 +26,7 @@ from .quantize import COMPUTE_DTYPES, QuantizeError, check_quantize, quantize_li
 
 log = logging.getLogger("specfill.engine")
 
-# Packed weight copies (engine/matmul.py) are made only while they add at most this much memory:
+# Packed weight copies (engine/forward/matmul.py) are made only while they add at most this much memory:
 # they pay where per-operation overhead and small matmuls dominate; a big model's memory matters more.
 PACK_MAX_BYTES = 64 * 2**20
 
@@ -433,7 +433,7 @@ LeanModel = LeanLlama | LeanBigCode
 
 def lean_unsupported(model) -> str | None:
     """Why `model` cannot run a lean forward, or None when it can: a transformers model of these
-    families or their checkpoint (engine/checkpoint.py), whose weights the lean classes read by
+    families or their checkpoint (engine/load/checkpoint.py), whose weights the lean classes read by
     the same names."""
     if getattr(model, "hf_device_map", None):
         return "the model is split across devices (device_map)"
@@ -464,10 +464,10 @@ def make_lean(model, pack_max_bytes: int = PACK_MAX_BYTES, kernels: Kernels | No
     """A lean forward for `model`, or None (logged with the reason) when it is not covered.
     The lean forward packs copies of the weights when they take at most `pack_max_bytes`
     (0: never; it then reads the model's own weights), or, with `quantize`, makes quantized
-    copies and frees the model's own (engine/quantize.py: the transformers forward can no
+    copies and frees the model's own (engine/forward/quantize.py: the transformers forward can no
     longer run that model; a model without a lean forward cannot be quantized). Unless `kernels`
     says which, packed maps take FP16 where they can (matmul.fp16_kernels), and plain 16-bit
-    ones on a CPU the kernels measured on this machine for their shapes (engine/kernel_cache.py:
+    ones on a CPU the kernels measured on this machine for their shapes (engine/forward/kernel_cache.py:
     once per machine, or once per process where the cache is off, so two engines of one model
     compute alike)."""
     reason = lean_unsupported(model)

@@ -4,7 +4,7 @@ Importing transformers' modeling code costs seconds of a command line's start an
 modules the engine never calls. So a local Llama, Qwen2 or GPTBigCode checkpoint loads here: its
 config over each family's defaults, its safetensors weights into plain modules named as the
 checkpoint names them, which the lean forward reads as it reads a transformers model. Anything
-else loads through transformers (engine/models.py).
+else loads through transformers (engine/load/models.py).
 """
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}
 
-# The maps the lean forward multiplies as one (engine/lean.py): their tensors are read side by
+# The maps the lean forward multiplies as one (engine/forward/lean.py): their tensors are read side by
 # side into one buffer, so that fusing them copies nothing.
 FUSED = {"llama": (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")),
          "qwen2": (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")), "gpt_bigcode": ()}

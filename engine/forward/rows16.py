@@ -1,4 +1,4 @@
-"""A few rows times a 16-bit weight, compiled here: engine/rows16.c, the lean forward's third
+"""A few rows times a 16-bit weight, compiled here: engine/forward/rows16.c, the lean forward's third
 kernel for one to a few rows (matmul.NATIVE) beside torch's own.
 
 torch runs one row of a bfloat16 model through its matrix-vector kernel, and two or more through
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .cpu import c_compiler, cpu_flags, rows16_unsupported
-from .files import cache_root, write_whole
+from ..files import cache_root, write_whole
 
 log = logging.getLogger("specfill.engine")
 

@@ -17,10 +17,10 @@ import warnings
 import torch
 
 from .cpu import cpu_flags
-from .settings import QUANTIZE
+from ..settings import QUANTIZE
 QUANTIZE_ROWS = 8192    # rows of a weight converted at a time, and most rows of one int8 product
 INT4_GROUP = 32         # input features sharing one int4 scale and offset
-LAYOUT = 1              # the form quantize_rows gives a weight (engine/weight_cache.py keeps it on disk)
+LAYOUT = 1              # the form quantize_rows gives a weight (engine/load/weight_cache.py keeps it on disk)
 
 
 class QuantizeError(ValueError):
@@ -53,7 +53,7 @@ def _reduce_range() -> bool:
 
 class Int8Linear:
     """One or more linear maps of the same input as one int8 product (the Linear interface of
-    engine/matmul.py: __call__ and add_to, float32 in and out). A map of more than QUANTIZE_ROWS
+    engine/forward/matmul.py: __call__ and add_to, float32 in and out). A map of more than QUANTIZE_ROWS
     outputs (an output head) is several products of QUANTIZE_ROWS rows each: torch packs a
     weight in time that grows faster than its size (a 151,936-row head took 4x as long whole as
     in blocks of 8,192), and a block's output is the same either way. The rows' scales multiply
@@ -172,7 +172,7 @@ COMPUTE_DTYPES = {"int8": torch.float32, "int4": torch.bfloat16}   # what each k
 
 def joined(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Tensors concatenated along their first dimension: a view where they lie side by side in
-    one storage, in order (engine/checkpoint.py reads maps the forward fuses that way), else a copy."""
+    one storage, in order (engine/load/checkpoint.py reads maps the forward fuses that way), else a copy."""
     first = tensors[0]
     offset = first.storage_offset()
     for t in tensors:
@@ -192,7 +192,7 @@ def group_bias(biases: list[torch.Tensor | None], rows: list[int]) -> torch.Tens
 
 
 class QuantizedMap:
-    """A quantized product made at load (engine/weight_cache.py) for `members` modules fused by
+    """A quantized product made at load (engine/load/weight_cache.py) for `members` modules fused by
     output, kept on each of them; quantize_linears hands it to the forward that asks for them."""
 
     def __init__(self, linear, members: int):

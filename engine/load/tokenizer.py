@@ -66,7 +66,7 @@ class FastTokenizer:
 
         self.backend_tokenizer: Tokenizer = backend
         self._vocab: dict[str, int] | None = None     # get_vocab's, made on first use (0.1 s for 150k pieces)
-        self.kept = None      # engine.vocab_cache.KeptTokenizer where the load is kept in the cache
+        self.kept = None      # engine.load.vocab_cache.KeptTokenizer where the load is kept in the cache
         added = {i: AddedToken(t.content, t.special) for i, t in backend.get_added_tokens_decoder().items()}
         for i, token in (config.get("added_tokens_decoder") or {}).items():   # the config's word wins
             added[int(i)] = AddedToken(token["content"], bool(token.get("special")))
@@ -84,7 +84,7 @@ class FastTokenizer:
     @classmethod
     def from_dir(cls, path: str) -> "FastTokenizer":
         """The folder's tokenizer: from its load kept in specfill's cache where there is one
-        (engine/vocab_cache.py: a faster form of tokenizer.json, and the vocabulary tables that
+        (engine/load/vocab_cache.py: a faster form of tokenizer.json, and the vocabulary tables that
         build_vocab then takes), else from tokenizer.json (build_vocab keeps both)."""
         from tokenizers import Tokenizer
 

@@ -1,5 +1,5 @@
 /* A few rows times a 16-bit weight matrix: y = x W^T (+ bias), for the lean forward's decode and
- * verify passes (engine/rows16.py builds and loads this file).
+ * verify passes (engine/forward/rows16.py builds and loads this file).
  *
  * w: [out, in] bfloat16 or float16, row-major; x: [n, in] of the same type; bias: [out] or NULL;
  * y: [n, out] of the same type. Each output is a float32 sum over `in` in 16 lanes, in an order

@@ -23,7 +23,7 @@ def usable_cores() -> int:
 
 def set_threads(threads: int, device: str, real_sized: bool = False) -> None:
     """`threads` > 0 is used as it is. Auto (threads <= 0) depends on the model: a real-sized
-    one (engine/precision.py) reads every weight once a decode step, and more threads read them
+    one (engine/forward/precision.py) reads every weight once a decode step, and more threads read them
     faster, so it gets the physical cores it may run on (at most MAX_THREADS). A small model's
     products are too small to share: past a few threads synchronisation costs more than it
     gains, and on a busy machine an oversubscribed pool is far slower, so it gets half of them.

@@ -20,9 +20,9 @@ import torch
 
 from .checkpoint import (_DTYPES, TABLES, CheckpointModel, fusion_groups, header, map_tensor, read_into,
                          read_tensors, return_free_memory, weight_files, write_tensors)
-from .files import cache_root, write_whole
-from .lean import lean_unsupported
-from .quantize import INT4_GROUP, LAYOUT, QUANTIZED, QuantizedMap, QuantizeError, group_bias
+from ..files import cache_root, write_whole
+from ..forward.lean import lean_unsupported
+from ..forward.quantize import INT4_GROUP, LAYOUT, QUANTIZED, QuantizedMap, QuantizeError, group_bias
 
 log = logging.getLogger("specfill.engine")
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.drafters import TextDrafter
-from engine.vocab import TokenVocab, build_vocab
+from engine.load.vocab_tables import build_vocab
+from engine.vocab import TokenVocab
 
 FILES = Path(__file__).resolve().parent / "files"
 PAIRS = ("shipped", "codellama-qwen3", "qwen3-codellama")   # target-draft

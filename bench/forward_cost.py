@@ -28,7 +28,8 @@ import torch
 
 from bench.replay import cpu_name
 from bench.round_cost import commit_of, engine_at, module_of
-from engine.kv import KVSession, TransformersForward
+from engine.forward.forwards import TransformersForward
+from engine.kv import KVSession
 from engine.forward.lean import LeanForward, make_lean
 from engine.forward.matmul import ROWS, Kernels
 from engine.load.models import load_model

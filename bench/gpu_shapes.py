@@ -23,7 +23,8 @@ import time
 import torch
 from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from engine.kv import KVSession, TransformersForward
+from engine.forward.forwards import TransformersForward
+from engine.kv import KVSession
 from engine.forward.lean import LeanForward, StaticLeanForward, make_lean
 
 # name -> (architecture, config keywords). 13b: CodeLlama-13b's shape (vocab 32016 with the FIM

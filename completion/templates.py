@@ -109,7 +109,7 @@ class FimTemplate:
     file_sep_id: int | None = None
     _dummy_prefix: bool = field(default=False, repr=False)
     _warned: set = field(default_factory=set, repr=False)
-    # the tokenizer's Rust tokenizer, encoding text as text (engine.vocab.plain_tokenizer): the
+    # the tokenizer's Rust tokenizer, encoding text as text (engine.load.vocab_tables.plain_tokenizer): the
     # same ids as `tokenizer.encode(..., split_special_tokens=True)` without transformers' Python
     # around each call (a prompt's window counts its lines one by one); None: that encode
     _plain: object = field(default=None, repr=False)
@@ -272,9 +272,9 @@ def _has_dummy_prefix(tokenizer) -> bool:
 
 def load_template(tokenizer, setting: str = "auto", plain=None) -> FimTemplate:
     """Template for one tokenizer: detected (`auto`) or named; prefix-only without FIM tokens.
-    `plain`: the tokenizer's `engine.vocab.plain_tokenizer` where one is made already (a loaded
+    `plain`: the tokenizer's `engine.load.vocab_tables.plain_tokenizer` where one is made already (a loaded
     model's vocab has it); else one is made here."""
-    from engine.vocab import plain_tokenizer   # here: the engine package imports torch (not at CLI start)
+    from engine.load.vocab_tables import plain_tokenizer   # here: the engine package imports torch (not at CLI start)
 
     if setting not in ("auto", *FAMILIES):
         raise ValueError(f"unknown fim_template {setting!r}; expected auto or one of {', '.join(FAMILIES)}")

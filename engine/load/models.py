@@ -13,13 +13,14 @@ from urllib.parse import urlparse
 import torch
 
 from .checkpoint import checkpoint_numel, lite_config, load_checkpoint, weight_files
-from ..kv import model_max_positions
+from ..forward.forwards import model_max_positions
 from ..forward.lean import lean_unsupported
 from ..forward.precision import checkpoint_dtype, choose_dtype
 from ..forward.quantize import QuantizeError
 from .tokenizer import fast_tokenizer
 from ..settings import DEVICE_PATTERN, DEVICES, DTYPES
-from ..vocab import TokenVocab, build_vocab
+from ..vocab import TokenVocab
+from .vocab_tables import build_vocab
 from .weight_cache import load_quantized
 
 log = logging.getLogger("specfill.engine")

@@ -126,7 +126,7 @@ class FastTokenizer:
 
     def text_backend(self):
         """The backend as the engine encodes text: special-token strings as text (transformers'
-        split_special_tokens), no truncation nor padding. engine.vocab.plain_tokenizer takes it."""
+        split_special_tokens), no truncation nor padding. engine.load.vocab_tables.plain_tokenizer takes it."""
         return self.backend_tokenizer
 
     def _special_backend(self):

@@ -36,7 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 @dataclass
 class VocabTables:
-    """What engine.vocab.build_vocab computes from a tokenizer, as kept on disk."""
+    """What engine.load.vocab_tables.build_vocab computes from a tokenizer, as kept on disk."""
     token_bytes: list[bytes]
     special_ids: list[int]
     bytes_to_id: dict[bytes, int]

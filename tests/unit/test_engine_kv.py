@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import ContextTooLong, KVPool, KVSession
-from engine.kv import TransformersForward, make_forward
+from engine.forward.forwards import TransformersForward, make_forward
 from engine.forward.lean import LeanForward, lean_unsupported, make_lean
 from tests.tiny_models import llama_config, tiny_model
 

@@ -10,7 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM, GPTBigCodeForCausalLM, LlamaForCausalLM
 
 from engine import LocalEngine, EngineConfig, GenerationSettings
-from engine.kv import KVPool, TransformersForward
+from engine.forward.forwards import TransformersForward
+from engine.kv import KVPool
 from engine.forward.lean import STATIC_WIDTHS, LeanForward, StaticLeanForward, make_lean, static_width
 from tests.tiny_models import bigcode_config, llama_config, tiny_model, tiny_pair_dirs
 

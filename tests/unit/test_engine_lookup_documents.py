@@ -17,7 +17,7 @@ from engine.drafters import Sampling
 from engine.drafters import LookupDrafter
 from engine.drafters.documents import BlockIndex, LookupText, line_blocks
 from engine.kv import common_prefix_len
-from engine.vocab import build_vocab
+from engine.load.vocab_tables import build_vocab
 from tests.completion_fixtures import llama_style_tokenizer
 
 TARGET = Path(__file__).resolve().parents[2] / "engine" / "default_pair" / "target"

@@ -13,7 +13,7 @@ from transformers import LlamaForCausalLM
 from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
 from engine.drafters import DatastoreDrafter, LookupDrafter, ModelDrafter, TextDrafter
 from engine.sampling import greedy_ids
-from engine.vocab import build_vocab
+from engine.load.vocab_tables import build_vocab
 from tests.sampling_law import TEMPERATURE, TOP_K, TOP_P, char_tokenizer, chi_square_ok, output_law
 from tests.tiny_models import init_sharp, llama_config
 

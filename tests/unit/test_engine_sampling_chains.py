@@ -24,11 +24,11 @@ from transformers import LlamaForCausalLM
 from engine import Drafters, GenerationSettings, KVPool, LoadedModel, Policy, speculative_generate
 from engine.drafters import CopyDrafter, DatastoreDrafter, Draft, LookupDrafter, ModelDrafter, TextDrafter
 from engine.drafters.datastore import Datastore, save
-from engine.kv import make_forward
+from engine.forward.forwards import make_forward
 from engine.forward.lean import lean_for
 from engine.forward.quantize import int8_engine
 from engine.policy import Acceptance, Mean, VerifyCost, key
-from engine.vocab import build_vocab
+from engine.load.vocab_tables import build_vocab
 from tests.sampling_law import (MIN_EXPECTED, POOLED, TEMPERATURE, TOP_K, TOP_P, DraftCounts, char_tokenizer,
                                 output_law)
 from tests.tiny_models import llama_config, train_on_ids

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from engine import LocalEngine, EngineConfig, GenerationSettings
-from engine.vocab import build_vocab
+from engine.load.vocab_tables import build_vocab
 from tests.tiny_models import code_corpus, tiny_pair_dirs, tiny_tokenizers
 
 

@@ -71,9 +71,10 @@ def test_ids_text_and_pieces_are_transformers(pairs):
 def test_a_document_that_spells_a_sentinel_keeps_it_as_text(pairs):
     """Qwen adds its FIM sentinels as tokens that are not special, which transformers'
     split_special_tokens still matches in text: the engine's encoding (FastTokenizer's and
-    vocab.plain_tokenizer's) keeps them text, so a file that spells `<|fim_middle|>` cannot put
+    vocab_tables.plain_tokenizer's) keeps them text, so a file that spells `<|fim_middle|>` cannot put
     the real sentinel into a prompt; asked for special tokens, it still reads them as tokens."""
-    from engine.vocab import encode_plain_batch, plain_tokenizer
+    from engine.load.vocab_tables import plain_tokenizer
+    from engine.vocab import encode_plain_batch
 
     ours, theirs = pairs["qwen3"]
     loose = {i: t.content for i, t in ours.added_tokens_decoder.items() if not t.special}

@@ -20,7 +20,7 @@ import pytest
 from bench import self_draft
 from completion.templates import load_template
 from engine import LocalEngine, EngineConfig, GenerationSettings
-from engine.vocab import build_vocab
+from engine.load.vocab_tables import build_vocab
 from tests import real_tokenizers as rt
 
 HARD_TEXTS = (

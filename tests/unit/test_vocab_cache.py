@@ -10,7 +10,7 @@ import pytest
 from engine.load import vocab_cache
 from engine.load.models import DEFAULT_PAIR_DIR
 from engine.load.tokenizer import FastTokenizer
-from engine.vocab import build_vocab
+from engine.load.vocab_tables import build_vocab
 from tests.real_tokenizers import MissingTokenizer, tokenizer_files
 
 TEXTS = ["def f(x):\n    return x  # é 😀\n\n\tpass", " ", "\n\n", "  leading", "<s> </s> <PRE> ▁<MID>",

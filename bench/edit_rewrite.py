@@ -176,7 +176,7 @@ class Row:
         self.tokens += stats.new_tokens - stats.first_from_prefill
         self.rounds += stats.rounds
         self.calls += stats.target_calls
-        self.copy_rounds += sum(n for kind, n in stats.rounds_by_drafter.items() if "copy" in kind.split("+"))
+        self.copy_rounds += stats.rounds_by_drafter.get("copy", 0)
         self.latency_ms.append(stats.latency_ms)
         self.decode_ms.append(stats.latency_ms - stats.prefill_ms)
 

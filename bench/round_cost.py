@@ -205,7 +205,9 @@ def cold_probe(pkg, engine, run, n: int) -> tuple[float, float, int]:
         offer = control.LookupOffer(tokens=8, match=3, source="prompt")
         plan, score_name = (lambda: engine.memory.controller.plan(offer, True, 16, True, True, 0)), "_score"
     after_forward, again = [], []
-    score = getattr(gen, score_name)
+    score = getattr(gen, score_name, None)
+    if score is None:
+        raise SystemExit(f"--cold-probe: this engine's round has no {score_name}() to probe after")
 
     def probed(*args, **kwargs):
         out = score(*args, **kwargs)

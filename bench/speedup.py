@@ -31,8 +31,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-CHAINS = ("lookup", "datastore", "model", "lookup_other")   # drafters whose chains are priced
-FREE = ("lookup", "datastore")                              # drafters without a model: no step to pay
+CHAINS = ("lookup", "datastore", "copy", "model", "lookup_other")   # drafters whose chains are priced
+FREE = ("lookup", "datastore", "copy")                              # drafters without a model: no step to pay
 # the chains a round of an older engine's kinds verified (a pair: lookup's two proposals)
 LEGACY_USES = {"tree": ("lookup", "model"), "pair": ("lookup", "lookup_other")}
 

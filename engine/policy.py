@@ -205,11 +205,13 @@ class Policy:
         v = self.verify.widths(2 + max([max_k, *(len(d.tokens) for d in offers.values())]))
         best = Plan(None, 1 / v[1])
         for name, draft in offers.items():
-            if draft.tokens:
-                sums = _sums(self.estimate(name, draft).reach(len(draft.tokens))[:len(draft.tokens) + 1])
-                k = max(range(1, len(sums)), key=lambda k: (1 + sums[k]) / v[k + 1])
-                if (1 + sums[k]) / v[k + 1] > best.rate:
-                    best = Plan((name, k), (1 + sums[k]) / v[k + 1])
+            n = len(draft.tokens)
+            if n:
+                sums = _sums(self.estimate(name, draft).reach(n)[:n + 1])
+                rate = lambda k: (1 + sums[k]) / v[k + 1]  # noqa: E731
+                k = max(range(1, n + 1), key=rate)
+                if rate(k) > best.rate:
+                    best = Plan((name, k), rate(k))
         if not model:
             return best
         if self.model_first.value is None:       # measure the draft model once first

@@ -4,7 +4,8 @@ The engine shares text between models with different tokenizers, so it needs, fo
 token, the exact bytes it adds when it continues a sequence: "▁foo" adds b" foo", byte-level
 "Ġfoo" adds b" foo", byte-fallback "<0xE4>" adds one byte of a UTF-8 character. Special
 tokens add nothing (they are never text). Working in bytes, not str, keeps half-characters
-and leading spaces exact where tokenizer.decode would strip or replace them.
+and leading spaces exact where tokenizer.decode would strip or replace them. The tables are built
+from the tokenizer by engine/load/vocab_tables.py.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ class TokenVocab:
 
     @property
     def plain(self):
-        """The tokenizer's `plain_tokenizer` copy (None for one without a Rust tokenizer)."""
+        """The tokenizer's `plain_tokenizer` copy (engine/load/vocab_tables.py; None for one without
+        a Rust tokenizer)."""
         return self._backend
 
     def encode_texts(self, texts: list[str]) -> list[list[int]]:

@@ -525,7 +525,8 @@ def _shape_key(model) -> tuple:
 def long_tensor(ids: list[int], device: torch.device) -> torch.Tensor:
     """A list of ids as a long tensor on `device`. On the CPU it is read from an array's buffer
     (the tensor holds the array), which costs less than torch.tensor walking the list one object
-    at a time; a round makes one to three such tensors (bench.round_cost, the score column)."""
+    at a time; a round makes up to two such tensors, the target's pass and a draft model's first
+    (bench.round_cost, the score column)."""
     if device.type == "cpu":
         return torch.frombuffer(array("q", ids), dtype=torch.long) if ids else torch.empty(0, dtype=torch.long)
     return torch.tensor(ids, dtype=torch.long, device=device)
@@ -539,8 +540,8 @@ def _float_rows(logits: torch.Tensor) -> torch.Tensor:
 
 
 class LeanForward:
-    """A lean model and its preallocated cache: one of the two forwards a KV session runs
-    (engine/kv.py has the other one and their interface, `Forward`)."""
+    """A lean model and its preallocated cache: one of the forwards a KV session runs
+    (engine/forward/forwards.py has their interface, `Forward`, and the transformers one)."""
 
     def __init__(self, lean: LeanModel, dtype: torch.dtype, device: torch.device, limit: int | None = None):
         """`limit`: the most tokens the cache will hold (it grows up to it, never past it)."""
@@ -634,11 +635,9 @@ class StaticLeanForward:
     again, or in the spare slots), that see the cache and the new tokens and that no real row
     sees. It attends over the first `span` slots, the smallest of 256, 512, ... (or all of them)
     that holds the call's rows, so a step's attention reads at most about twice the cache
-    length, as the dynamic forward's does once. What depends on the cache length comes in as
-    device tensors, [3, width] longs (ids, the slot each row writes, its position) and the
-    [width, width] causal mask of the new rows; the mask over the span is built from them on the
-    device: a row sees the slots before the first new token and the slots of the rows up to its
-    own.
+    length, as the dynamic forward's does once. What depends on the cache length comes in as one
+    device tensor, [3, width] longs (ids, the slot each row writes, its position); the mask over
+    the span is built from it on the device: a row sees every slot up to the one it writes.
 
     On a CPU it costs more than LeanForward; with `cuda_graphs` (CUDA only) each (width, span)
     is captured once, on its first call, and replayed after (wider calls run eagerly). The
@@ -667,7 +666,6 @@ class StaticLeanForward:
         self.positions = _Positions(lean.positions.inv_freq, lean.positions.rope_scale)
         self.positions.ensure(self.capacity, self.dtype, self.device)
         self.columns = torch.arange(self.slots, device=self.device)
-        self.chains: dict[int, torch.Tensor] = {}   # width -> lower-triangular ancestors
 
     def _span(self, end: int) -> int:
         span = STATIC_MIN_SPAN
@@ -682,18 +680,10 @@ class StaticLeanForward:
         return torch.tensor([new_ids + [0] * pad, list(range(start, start + width)),
                              list(range(start, start + len(new_ids))) + [start] * pad])
 
-    def _chain(self, width: int) -> torch.Tensor:
-        """Which new rows each row sees: itself and the earlier ones (padding rows come last, so
-        no real row sees one)."""
-        if width not in self.chains:
-            self.chains[width] = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
-        return self.chains[width]
-
-    def _pass(self, inputs: torch.Tensor, ancestors: torch.Tensor, span: int, rows: slice) -> torch.Tensor:
+    def _pass(self, inputs: torch.Tensor, span: int, rows: slice) -> torch.Tensor:
         """The static pass on device inputs (see the class docstring): logits of `rows`."""
         ids, write_at, where = inputs.unbind(0)
-        seen = self.columns[:span] < write_at[:1]    # the cache before the first new token
-        mask = seen.expand(ids.shape[0], -1).index_copy(1, write_at, ancestors)
+        mask = self.columns[:span][None, :] <= write_at[:, None]   # each row: the slots up to its own
         if self.groups > 1:
             mask = mask.repeat(self.groups, 1)
         step = _IndexedStep(self.cache, self.positions, write_at, where, mask, span)
@@ -708,7 +698,6 @@ class StaticLeanForward:
         width = static_width(n)
         span = self._span(start + width)
         inputs = self._inputs(new_ids, width)
-        ancestors = self._chain(width)
         first = n - min(n_logits, n)
         if self.graphs is not None and width in STATIC_WIDTHS:
             graph = self.graphs.get((width, span))
@@ -716,14 +705,12 @@ class StaticLeanForward:
                 if self.graph_pool is None:
                     self.graph_pool = torch.cuda.graph_pool_handle()
                 run = functools.partial(self._pass, span=span)
-                graph = self.graphs[width, span] = _GraphedPass(run, inputs.to(self.device),
-                                                                ancestors.to(self.device), self.graph_pool)
-            logits = graph(inputs, ancestors)
+                graph = self.graphs[width, span] = _GraphedPass(run, inputs.to(self.device), self.graph_pool)
+            logits = graph(inputs)
             # a replay overwrites its output: hand out a copy
             rows = logits[first:n].to(torch.float32, memory_format=torch.contiguous_format, copy=True)
         else:
-            inputs, ancestors = inputs.to(self.device), ancestors.to(self.device)
-            rows = _float_rows(self._pass(inputs, ancestors, span, slice(first, n)))
+            rows = _float_rows(self._pass(inputs.to(self.device), span, slice(first, n)))
         self.cache.length = start + n
         return rows
 
@@ -746,20 +733,19 @@ class _GraphedPass:
     inputs: the warm-up passes write the same keys and values as that call (a pass is
     idempotent), and the replay that follows returns its logits."""
 
-    def __init__(self, run, inputs: torch.Tensor, ancestors: torch.Tensor, pool):
-        self.inputs, self.ancestors = inputs, ancestors   # the static buffers, on the device
+    def __init__(self, run, inputs: torch.Tensor, pool):
+        self.inputs = inputs    # the static buffer, on the device
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):   # warm up off the capture stream, as torch's docs ask
             for _ in range(2):
-                run(inputs, ancestors, rows=slice(None))
+                run(inputs, rows=slice(None))
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
-            self.logits = run(inputs, ancestors, rows=slice(None))
+            self.logits = run(inputs, rows=slice(None))
 
-    def __call__(self, inputs: torch.Tensor, ancestors: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
         self.inputs.copy_(inputs, non_blocking=True)
-        self.ancestors.copy_(ancestors, non_blocking=True)
         self.graph.replay()
         return self.logits

@@ -1,5 +1,6 @@
 """A tokenizer folder's load kept in the user's cache: its tokenizer.json in a form the
-`tokenizers` library parses faster, and the engine's vocabulary tables (engine/vocab.py).
+`tokenizers` library parses faster, and the engine's vocabulary tables
+(engine/load/vocab_tables.py).
 
 Loading Qwen's tokenizer.json takes the `tokenizers` library 0.3-0.6 s, holding the GIL all along
 (the weights' threads wait), and building its vocabulary tables 0.2-0.25 s more. Kept here, a load

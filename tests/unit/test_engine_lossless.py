@@ -145,7 +145,7 @@ def test_policy_stops_drafting_with_a_draft_that_never_agrees(engines):
 def test_acceptance_by_position_is_counted_exactly(engines, name):
     """stats.by_position holds, per drafter, the drafts that reached each position and those
     accepted there: its accepted counts add up to the accepted tokens of the chain rounds, and
-    position 0 was reached once per round of that drafter (fixed draft length: chains only)."""
+    position 0 was reached once per round of that drafter."""
     base, others = engines
     eng = others[name]
     rounds, counted = Counter(), {}
@@ -154,7 +154,6 @@ def test_acceptance_by_position_is_counted_exactly(engines, name):
         got = eng.generate(_ids(base.target, prompt), d_ids,
                            settings=GenerationSettings(max_new_tokens=MAX_NEW, draft_length=3))
         s = got.stats
-        assert not any("+" in kind for kind in s.rounds_by_drafter)
         for drafter, rec in s.by_position.items():
             ev, acc = rec["evaluated"], rec["accepted"]
             assert len(ev) == len(acc) <= 3
@@ -164,7 +163,6 @@ def test_acceptance_by_position_is_counted_exactly(engines, name):
             c[0] += ev[0]
             c[1] += sum(acc)
         rounds.update({k: n for k, n in s.rounds_by_drafter.items() if k != "none"})
-        accepted_in_chains = s.accepted   # every drafting round is one chain of lookup or model here
-        assert sum(sum(r["accepted"]) for r in s.by_position.values()) == accepted_in_chains
+        assert sum(sum(r["accepted"]) for r in s.by_position.values()) == s.accepted
     assert counted == {d: [rounds[d], counted[d][1]] for d in rounds if rounds[d]}
     assert sum(c[1] for c in counted.values()) > 0

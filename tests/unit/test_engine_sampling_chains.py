@@ -2,8 +2,8 @@
 with drafts of 4-7 tokens verified in one round, for every drafter: the draft model with the
 target's vocabulary (rejection sampling with its q), the draft model with another tokenizer and
 prompt lookup (sample-and-compare), the datastore of answers, the copy of a region the answer
-rewrites, and the cost-aware policy mixing them, also with the target in bfloat16, int8 and int4 (its law then that
-precision's).
+rewrites, and the cost-aware policy mixing them, also with the target in bfloat16, int8 and int4
+(its law then that precision's).
 
 The models know one habit: text that goes round "abcd", now and then leaving it (they are
 trained a moment on such text). So prompt lookup's copies of the prompt's cycle and the drafts

@@ -43,6 +43,7 @@ from bench.common import (DEFAULT_OUT, DRAFT_CONFIGS, CallCounter, add_file_opti
 from bench.keystrokes import (EDITOR_DEBOUNCE_MS, END, MIDDLE, TypingScript, apply, cursor_after, typing_script,
                               utf16_column)
 from bench.lsp_client import LspClient
+from engine.remote import is_remote
 from lsp import commands
 from lsp.arguments import number
 
@@ -407,11 +408,13 @@ def target_is_real_sized(target: str) -> bool:
     return folder is not None and real_sized(checkpoint_numel(folder))
 
 
-def machine_description(words: str = "") -> str:
+def machine_description(words: str = "", remote: bool = False) -> str:
+    """This machine, and the threads its engine computes with (none here for a remote target:
+    the server's own count is its business)."""
     import torch
 
-    found = f"{os.cpu_count()} CPU cores ({cpu_name()}, {platform.machine()}), " \
-            f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    threads = "a remote target (its server's threads)" if remote else f"{torch.get_num_threads()} threads"
+    found = f"{os.cpu_count()} CPU cores ({cpu_name()}, {platform.machine()}), torch {torch.__version__}, {threads}"
     return f"{words}; {found}" if words else found
 
 
@@ -441,7 +444,7 @@ def run(args, argv: list[str]) -> int:
     print(f"{PROG}: {len(scripts)} files, {sum(len(s.keystrokes) for s in scripts)} keystrokes, "
           f"{n_requests} completion requests per configuration", file=sys.stderr)
 
-    meta = {"command": shlex.join(["specfill", "bench", *argv]), "machine": machine_description(args.machine),
+    meta = {"command": shlex.join(["specfill", "bench", *argv]), "machine": machine_description(args.machine, is_remote(args.target)),
             "settings": settings, "files": [s.name for s in scripts], "typed_lines": args.typed_lines, "typed_at": where,
             "editor_debounce_ms": args.editor_debounce_ms, "time_scale": args.time_scale,
             "requests_per_config": n_requests, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

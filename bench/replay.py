@@ -409,8 +409,8 @@ def target_is_real_sized(target: str) -> bool:
 
 
 def machine_description(words: str = "", remote: bool = False) -> str:
-    """This machine, and the threads its engine computes with (none here for a remote target:
-    the server's own count is its business)."""
+    """This machine, and the threads its engine computes with; for a remote target the server
+    computes, with threads of its own, so no count of this process is given."""
     import torch
 
     threads = "a remote target (its server's threads)" if remote else f"{torch.get_num_threads()} threads"
@@ -444,7 +444,8 @@ def run(args, argv: list[str]) -> int:
     print(f"{PROG}: {len(scripts)} files, {sum(len(s.keystrokes) for s in scripts)} keystrokes, "
           f"{n_requests} completion requests per configuration", file=sys.stderr)
 
-    meta = {"command": shlex.join(["specfill", "bench", *argv]), "machine": machine_description(args.machine, is_remote(args.target)),
+    meta = {"command": shlex.join(["specfill", "bench", *argv]),
+            "machine": machine_description(args.machine, is_remote(args.target)),
             "settings": settings, "files": [s.name for s in scripts], "typed_lines": args.typed_lines, "typed_at": where,
             "editor_debounce_ms": args.editor_debounce_ms, "time_scale": args.time_scale,
             "requests_per_config": n_requests, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
